@@ -1,0 +1,725 @@
+/*
+ * sandboxlite executor: the tiny init that lives inside every jail.
+ *
+ * bwrap starts it as PID 1 of the sandbox (--as-pid-1), already confined
+ * (namespaces, seccomp, no capabilities, no_new_privs).  It talks to the host
+ * over one unix stream socket (fd 3) and does four things:
+ *
+ *   - spawn commands: for each one it forks a supervisor S (a child
+ *     subreaper) which forks the command C.  Every process C leaves behind,
+ *     double-forked daemons included, is re-parented to S while S lives, so S
+ *     can kill a whole exec tree on timeout;
+ *   - open / mkdir / symlink paths *inside* the jail and pass the open file
+ *     descriptor back (SCM_RIGHTS), so the host does file I/O on descriptors
+ *     that were resolved within the sandbox's root (symlinks can never lead
+ *     onto the host);
+ *   - drain and discard pipes the host no longer reads (so background
+ *     processes that still write to an old exec's stdout do not get SIGPIPE);
+ *   - reap orphans.  When the host's end of the socket closes (the host
+ *     called close() or died), it exits, and the kernel kills every process
+ *     of the PID namespace.
+ *
+ * The executor never trusts the sandboxed code, and the host never trusts the
+ * executor (it checks every descriptor it receives).
+ *
+ * Wire format, both directions: u32 length (of what follows), u8 type,
+ * u32 id, payload.  Strings in payloads are NUL-terminated.  Little-endian
+ * (host byte order: host and jail share the machine).
+ *
+ * Requests: 'S' spawn, 'K' kill, 'O' open, 'M' mkdir, 'Y' symlink, 'D' sink,
+ *           'Q' quit.
+ * Replies and events: 'H' hello, 'E' error (errno), 'F' fd,
+ *           'R' ok, 'X' exit status of a spawned command.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CTRL_FD 3
+#define MAX_FRAME (64u << 20)
+#define MAX_FDS 8
+
+/* spawn flags (keep in sync with sandboxlite/protocol.py) */
+#define SP_STDIN 1u  /* an fd for stdin is attached, else /dev/null */
+#define SP_STDOUT 2u /* an fd for stdout is attached, else /dev/null */
+#define SP_STDERR 4u /* an fd for stderr is attached, else /dev/null */
+
+/* open flags of our own, above the kernel's O_* bits we forward */
+#define OP_MKPARENTS 0x40000000u
+#define OP_REQ_REG 0x20000000u
+#define OP_REQ_DIR 0x10000000u
+
+extern char **environ;
+
+static int ctrl = CTRL_FD; /* overridden by ctrl=N */
+
+struct child {
+  uint32_t id;
+  pid_t pid;
+};
+static struct child *children;
+static size_t n_children, cap_children;
+
+static struct pollfd *pfds;
+static size_t n_sinks, cap_sinks; /* pfds[0] = ctrl, pfds[1] = signalfd */
+
+static void die(const char *what) {
+  dprintf(2, "sandboxlite-executor: %s: %s\n", what, strerror(errno));
+  _exit(111);
+}
+
+static int write_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len) {
+    ssize_t n = write(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+static int read_all(int fd, void *buf, size_t len) {
+  char *p = buf;
+  while (len) {
+    ssize_t n = read(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (n == 0) return -1;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* Send one frame, optionally with one descriptor attached. */
+static void send_frame(char type, uint32_t id, const void *payload, uint32_t plen, int fd) {
+  char hdr[9];
+  uint32_t len = 5 + plen;
+  memcpy(hdr, &len, 4);
+  hdr[4] = type;
+  memcpy(hdr + 5, &id, 4);
+  struct iovec iov[2] = {{hdr, 9}, {(void *)payload, plen}};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } cm;
+  struct msghdr msg = {0};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = plen ? 2 : 1;
+  if (fd >= 0) {
+    memset(&cm, 0, sizeof cm);
+    msg.msg_control = cm.buf;
+    msg.msg_controllen = sizeof cm.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  ssize_t n;
+  do n = sendmsg(ctrl, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) _exit(0); /* host gone */
+  if ((size_t)n < 9 + plen) {
+    /* finish a partial write (the descriptor went with the first byte) */
+    size_t done = (size_t)n;
+    if (done < 9) {
+      if (write_all(ctrl, hdr + done, 9 - done) < 0) _exit(0);
+      done = 9;
+    }
+    if (write_all(ctrl, (const char *)payload + (done - 9), plen - (done - 9)) < 0) _exit(0);
+  }
+}
+
+static void send_str(char type, uint32_t id, const char *s) {
+  send_frame(type, id, s, (uint32_t)strlen(s), -1);
+}
+
+static void send_errno(uint32_t id, int err) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%d", err);
+  send_str('E', id, buf);
+}
+
+/* ---- supervisor: kill a process tree ------------------------------------ */
+
+/* Parent pid and start time (clock ticks since boot) from /proc/pid/stat. */
+static int read_stat(pid_t pid, pid_t *ppid, unsigned long long *start) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  char *p = strrchr(buf, ')'); /* comm may hold spaces and parens */
+  if (!p) return -1;
+  int pp;
+  char state;
+  /* fields after comm: 3 state, 4 ppid, 5..21, 22 starttime */
+  if (sscanf(p + 1, " %c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &state,
+             &pp, start) != 3)
+    return -1;
+  *ppid = (pid_t)pp;
+  return 0;
+}
+
+#define MAX_SCAN 8192
+
+/* SIGKILL every descendant of `root` except `spare`, and except processes
+ * started before `min_start` (clock ticks since boot): those belong to
+ * earlier commands of a shell session.  Returns how many were signalled. */
+static int sweep(pid_t root, pid_t spare, unsigned long long min_start) {
+  static pid_t pids[MAX_SCAN], ppids[MAX_SCAN];
+  static unsigned long long starts[MAX_SCAN];
+  static char mark[MAX_SCAN];
+  int n = 0;
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < MAX_SCAN) {
+    char *end;
+    long v = strtol(e->d_name, &end, 10);
+    if (*end || v <= 0) continue;
+    if (read_stat((pid_t)v, &ppids[n], &starts[n]) < 0) continue;
+    pids[n] = (pid_t)v;
+    n++;
+  }
+  closedir(d);
+  /* mark descendants of root: repeat until no change (trees are shallow) */
+  memset(mark, 0, (size_t)n);
+  int changed = 1, killed = 0;
+  while (changed) {
+    changed = 0;
+    for (int i = 0; i < n; i++) {
+      if (mark[i]) continue;
+      int parent_marked = ppids[i] == root;
+      for (int j = 0; !parent_marked && j < n; j++)
+        if (mark[j] && pids[j] == ppids[i]) parent_marked = 1;
+      if (parent_marked) {
+        mark[i] = 1;
+        changed = 1;
+      }
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    if (!mark[i] || pids[i] == spare || starts[i] < min_start) continue;
+    if (kill(pids[i], SIGKILL) == 0) killed++;
+  }
+  return killed;
+}
+
+static void mirror_exit(int status) {
+  if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+  int sig = WTERMSIG(status);
+  signal(sig, SIG_DFL);
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, sig);
+  sigprocmask(SIG_UNBLOCK, &s, NULL);
+  prctl(PR_SET_DUMPABLE, 0); /* no core file */
+  raise(sig);
+  _exit(128 + sig);
+}
+
+/* The supervisor S of one command.  It never returns. */
+static void supervise(pid_t cmd) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  pid_t self = getpid();
+  int cmd_status = 0, cmd_done = 0, killing_all = 0;
+  for (;;) {
+    /* reap everything that is ready */
+    for (;;) {
+      int st;
+      pid_t p = waitpid(-1, &st, WNOHANG | __WALL);
+      if (p <= 0) {
+        if (p < 0 && errno == ECHILD && killing_all) mirror_exit(cmd_done ? cmd_status : SIGKILL);
+        break;
+      }
+      if (p == cmd) {
+        cmd_status = st;
+        cmd_done = 1;
+        if (!killing_all) mirror_exit(st); /* background children go to PID 1 */
+      }
+    }
+    if (killing_all) {
+      /* keep sweeping until every descendant is gone */
+      sweep(self, -1, 0);
+      struct timespec ts = {0, 200000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    siginfo_t si;
+    int sig = sigwaitinfo(&set, &si);
+    if (sig == SIGTERM) {
+      killing_all = 1;
+      sweep(self, -1, 0);
+    } else if (sig == SIGUSR1) {
+      unsigned long long min_start = (unsigned long long)(uintptr_t)si.si_value.sival_ptr;
+      /* kill everything below S except the command itself (a shell), and
+       * everything below the command; stop after two quiet sweeps or 2 s */
+      int quiet = 0;
+      for (int round = 0; round < 10000 && quiet < 2; round++) {
+        int n = sweep(self, cmd, min_start);
+        for (;;) { /* reap our own zombies, not the command */
+          int st;
+          pid_t p = waitpid(-1, &st, WNOHANG | __WALL);
+          if (p <= 0) break;
+          if (p == cmd) {
+            cmd_status = st;
+            cmd_done = 1;
+            mirror_exit(st);
+          }
+        }
+        quiet = n == 0 ? quiet + 1 : 0;
+        struct timespec ts = {0, 200000};
+        if (quiet < 2) nanosleep(&ts, NULL);
+      }
+    }
+  }
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+/* Split a payload of NUL-terminated strings; returns count or -1. */
+static int split(char *p, size_t len, char **out, int max) {
+  int n = 0;
+  size_t i = 0;
+  while (i < len) {
+    if (n == max) return -1;
+    out[n++] = p + i;
+    char *z = memchr(p + i, 0, len - i);
+    if (!z) return -1;
+    i = (size_t)(z - p) + 1;
+  }
+  return n;
+}
+
+static void close_fds(int *fds, int n) {
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) close(fds[i]);
+}
+
+static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
+  /* payload: flags, cwd, argc, argv..., env... */
+  size_t maxf = plen / 1 + 4;
+  char **f = malloc(sizeof(char *) * (maxf + 2));
+  if (!f) {
+    send_errno(id, ENOMEM);
+    close_fds(fds, nfds);
+    return;
+  }
+  int n = split(payload, plen, f, (int)maxf);
+  int argc = n >= 3 ? atoi(f[2]) : -1;
+  if (n < 3 || argc < 1 || 3 + argc > n) {
+    free(f);
+    send_errno(id, EINVAL);
+    close_fds(fds, nfds);
+    return;
+  }
+  unsigned flags = (unsigned)strtoul(f[0], NULL, 10);
+  char *cwd = f[1];
+  char **argv = f + 3;
+  char **envp = f + 3 + argc; /* reuse the array: NULL-terminate argv and env */
+  int envc = n - 3 - argc;
+  char **env = malloc(sizeof(char *) * (envc + 1));
+  char **av = malloc(sizeof(char *) * (argc + 1));
+  if (!env || !av) {
+    free(f), free(env), free(av);
+    send_errno(id, ENOMEM);
+    close_fds(fds, nfds);
+    return;
+  }
+  memcpy(av, argv, sizeof(char *) * argc);
+  av[argc] = NULL;
+  memcpy(env, envp, sizeof(char *) * envc);
+  env[envc] = NULL;
+
+  int want[3] = {-1, -1, -1}, k = 0;
+  for (int i = 0; i < 3; i++)
+    if (flags & (1u << i)) want[i] = k < nfds ? fds[k++] : -1;
+
+  pid_t s = fork();
+  if (s < 0) {
+    int err = errno;
+    free(f), free(env), free(av);
+    close_fds(fds, nfds);
+    send_errno(id, err);
+    return;
+  }
+  if (s == 0) {
+    /* S: the supervisor.  Signals stay blocked (inherited from executor);
+     * add the ones we wait for. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    /* vfork: S is tiny and only waits; the child only makes system calls
+     * before execve (no allocation), which is what vfork allows */
+    pid_t c = vfork();
+    if (c < 0) {
+      dprintf(want[2] >= 0 ? want[2] : 2, "sandboxlite: fork: %s\n", strerror(errno));
+      _exit(126);
+    }
+    if (c == 0) {
+      /* C: the command */
+      setsid();
+      int devnull = (want[0] < 0 || want[1] < 0 || want[2] < 0) ? open("/dev/null", O_RDWR | O_CLOEXEC) : -1;
+      for (int i = 0; i < 3; i++) {
+        int src = want[i] >= 0 ? want[i] : devnull;
+        if (src < 0 || dup2(src, i) < 0) _exit(126);
+      }
+      syscall(SYS_close_range, 3, ~0U, 0);
+      /* dispositions are all default (nobody here installs handlers); the
+       * mask is not: S blocks the signals it waits for */
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, NULL);
+      if (chdir(cwd) < 0) {
+        dprintf(2, "sandboxlite: cannot enter %s: %s\n", cwd, strerror(errno));
+        _exit(126);
+      }
+      environ = env;
+      execvp(av[0], av);
+      int err = errno;
+      dprintf(2, "sandboxlite: %s: %s\n", av[0], err == ENOENT ? "command not found" : strerror(err));
+      _exit(err == ENOENT ? 127 : 126);
+    }
+    syscall(SYS_close_range, 0, ~0U, 0);
+    supervise(c);
+  }
+  free(f), free(env), free(av);
+  close_fds(fds, nfds);
+  if (n_children == cap_children) {
+    cap_children = cap_children ? cap_children * 2 : 16;
+    children = realloc(children, sizeof *children * cap_children);
+    if (!children) die("realloc");
+  }
+  children[n_children].id = id;
+  children[n_children].pid = s;
+  n_children++;
+  /* no reply on success: the host learns the outcome from 'X' */
+}
+
+/* "all": kill the command and everything below it.
+ * "desc TICKS": kill what the command started since TICKS, not the command. */
+static void do_kill(uint32_t id, const char *how) {
+  for (size_t i = 0; i < n_children; i++)
+    if (children[i].id == id) {
+      if (strncmp(how, "desc", 4) == 0) {
+        union sigval v;
+        v.sival_ptr = (void *)(uintptr_t)strtoull(how + 4, NULL, 10);
+        sigqueue(children[i].pid, SIGUSR1, v);
+      } else {
+        kill(children[i].pid, SIGTERM);
+      }
+      return;
+    }
+}
+
+static int mkparents(char *path, mode_t mode) {
+  /* mkdir -p for every parent of path */
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    int r = mkdir(path, mode);
+    int err = errno;
+    *p = '/';
+    if (r < 0 && err != EEXIST) {
+      errno = err;
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static void do_open(uint32_t id, char *payload, size_t plen) {
+  char *f[4];
+  if (split(payload, plen, f, 4) != 3) {
+    send_errno(id, EINVAL);
+    return;
+  }
+  unsigned flags = (unsigned)strtoul(f[0], NULL, 10);
+  mode_t mode = (mode_t)strtoul(f[1], NULL, 10);
+  char *path = f[2];
+  if ((flags & OP_MKPARENTS) && mkparents(path, 0755) < 0) {
+    send_errno(id, errno);
+    return;
+  }
+  int oflags = (int)(flags & 0x0fffffffu) | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+  int fd = open(path, oflags, mode);
+  if (fd < 0) {
+    send_errno(id, errno);
+    return;
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    int err = errno;
+    close(fd);
+    send_errno(id, err);
+    return;
+  }
+  if ((flags & OP_REQ_REG) && !S_ISREG(st.st_mode)) {
+    close(fd);
+    send_errno(id, S_ISDIR(st.st_mode) ? EISDIR : EINVAL);
+    return;
+  }
+  if ((flags & OP_REQ_DIR) && !S_ISDIR(st.st_mode)) {
+    close(fd);
+    send_errno(id, ENOTDIR);
+    return;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  char buf[64];
+  int n = snprintf(buf, sizeof buf, "%u %lld", (unsigned)st.st_mode, (long long)st.st_size);
+  send_frame('F', id, buf, (uint32_t)n, fd);
+  close(fd);
+}
+
+static void do_mkdir(uint32_t id, char *payload, size_t plen) {
+  char *f[3];
+  if (split(payload, plen, f, 3) != 2) {
+    send_errno(id, EINVAL);
+    return;
+  }
+  mode_t mode = (mode_t)strtoul(f[0], NULL, 10);
+  char *path = f[1];
+  if (mkparents(path, 0755) < 0 || (mkdir(path, mode) < 0 && errno != EEXIST)) {
+    send_errno(id, errno);
+    return;
+  }
+  struct stat st;
+  if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    send_errno(id, ENOTDIR);
+    return;
+  }
+  send_str('R', id, "0");
+}
+
+static void do_symlink(uint32_t id, char *payload, size_t plen) {
+  char *f[3];
+  if (split(payload, plen, f, 3) != 2) {
+    send_errno(id, EINVAL);
+    return;
+  }
+  if (mkparents(f[1], 0755) < 0 || symlink(f[0], f[1]) < 0) {
+    send_errno(id, errno);
+    return;
+  }
+  send_str('R', id, "0");
+}
+
+static void add_sink(int fd) {
+  if (2 + n_sinks == cap_sinks) {
+    cap_sinks *= 2;
+    pfds = realloc(pfds, sizeof *pfds * cap_sinks);
+    if (!pfds) die("realloc");
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  pfds[2 + n_sinks].fd = fd;
+  pfds[2 + n_sinks].events = POLLIN;
+  pfds[2 + n_sinks].revents = 0;
+  n_sinks++;
+}
+
+static void drain_sinks(void) {
+  static char junk[65536];
+  for (size_t i = 0; i < n_sinks;) {
+    struct pollfd *p = &pfds[2 + i];
+    if (p->revents) {
+      ssize_t r = read(p->fd, junk, sizeof junk);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+        close(p->fd);
+        pfds[2 + i] = pfds[2 + n_sinks - 1];
+        n_sinks--;
+        continue;
+      }
+    }
+    i++;
+  }
+}
+
+static void reap(void) {
+  for (;;) {
+    int st;
+    pid_t p = waitpid(-1, &st, WNOHANG | __WALL);
+    if (p <= 0) return;
+    for (size_t i = 0; i < n_children; i++)
+      if (children[i].pid == p) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%d", st);
+        send_str('X', children[i].id, buf);
+        children[i] = children[--n_children];
+        break;
+      }
+  }
+}
+
+/* Read one request; returns 0 on success, -1 when the host has gone. */
+static int handle_request(void) {
+  char hdr[9];
+  int fds[MAX_FDS], nfds = 0;
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+  } cm;
+  struct iovec iov = {hdr, 9};
+  struct msghdr msg = {0};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cm.buf;
+  msg.msg_controllen = sizeof cm.buf;
+  ssize_t n;
+  do n = recvmsg(ctrl, &msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) return -1;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int i = 0; i < k && nfds < MAX_FDS; i++) memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+  if (n < 9 && read_all(ctrl, hdr + n, 9 - (size_t)n) < 0) return -1;
+  uint32_t len, id;
+  memcpy(&len, hdr, 4);
+  memcpy(&id, hdr + 5, 4);
+  char type = hdr[4];
+  if (len < 5 || len > MAX_FRAME) return -1;
+  size_t plen = len - 5;
+  char *payload = malloc(plen + 1);
+  if (!payload) return -1;
+  if (plen && read_all(ctrl, payload, plen) < 0) {
+    free(payload);
+    return -1;
+  }
+  payload[plen] = 0;
+  /* descriptors travel in MSG_CMSG_CLOEXEC; the command's copies are dup2'd */
+  switch (type) {
+    case 'S':
+      do_spawn(id, payload, plen, fds, nfds);
+      nfds = 0;
+      break;
+    case 'K':
+      do_kill(id, payload);
+      break;
+    case 'O':
+      do_open(id, payload, plen);
+      break;
+    case 'M':
+      do_mkdir(id, payload, plen);
+      break;
+    case 'Y':
+      do_symlink(id, payload, plen);
+      break;
+    case 'D':
+      for (int i = 0; i < nfds; i++) add_sink(fds[i]);
+      nfds = 0;
+      break;
+    case 'Q':
+      free(payload);
+      return -1;
+    default:
+      send_errno(id, ENOSYS);
+  }
+  close_fds(fds, nfds);
+  free(payload);
+  return 0;
+}
+
+static void apply_rlimit(const char *spec) {
+  /* NAME=VALUE, VALUE in the resource's unit; "inf" for no limit */
+  static const struct {
+    const char *name;
+    int res;
+  } names[] = {{"cpu", RLIMIT_CPU}, {"as", RLIMIT_AS}, {"fsize", RLIMIT_FSIZE}, {"nproc", RLIMIT_NPROC},
+               {"nofile", RLIMIT_NOFILE}, {"core", RLIMIT_CORE}, {"stack", RLIMIT_STACK}};
+  const char *eq = strchr(spec, '=');
+  if (!eq) return;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    if (strncmp(spec, names[i].name, (size_t)(eq - spec)) || names[i].name[eq - spec]) continue;
+    struct rlimit rl;
+    rl.rlim_cur = rl.rlim_max = strcmp(eq + 1, "inf") == 0 ? RLIM_INFINITY : strtoull(eq + 1, NULL, 10);
+    if (setrlimit(names[i].res, &rl) < 0) {
+      dprintf(2, "sandboxlite-executor: setrlimit %s: %s\n", spec, strerror(errno));
+      _exit(112);
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  prctl(PR_SET_DUMPABLE, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  for (int i = 1; i < argc; i++) {
+    if (strncmp(argv[i], "ctrl=", 5) == 0)
+      ctrl = atoi(argv[i] + 5);
+    else if (strncmp(argv[i], "exe=", 4) == 0)
+      close(atoi(argv[i] + 4)); /* the descriptor we were executed through */
+    else
+      apply_rlimit(argv[i]);
+  }
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) die("signalfd");
+  fcntl(ctrl, F_SETFD, FD_CLOEXEC);
+  cap_sinks = 16;
+  pfds = calloc(cap_sinks, sizeof *pfds);
+  if (!pfds) die("calloc");
+  pfds[0].fd = ctrl;
+  pfds[0].events = POLLIN;
+  pfds[1].fd = sfd;
+  pfds[1].events = POLLIN;
+  send_str('H', 0, "sandboxlite-executor 1");
+  for (;;) {
+    int r = poll(pfds, 2 + n_sinks, -1);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      die("poll");
+    }
+    if (pfds[1].revents) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) == sizeof si) {
+      }
+      reap();
+    }
+    if (n_sinks) drain_sinks();
+    if (pfds[0].revents & POLLIN) {
+      if (handle_request() < 0) _exit(0);
+    } else if (pfds[0].revents & (POLLHUP | POLLERR)) {
+      _exit(0);
+    }
+  }
+}

@@ -1,0 +1,152 @@
+"""Plan the jail: the bwrap argv as a pure function of a config.
+
+``build_argv`` takes everything it needs as arguments (the config, the rootfs
+plan, descriptor numbers, the bwrap features found) and returns a list of
+strings; it touches no files and spawns nothing, so every flag can be tested
+without bwrap.  ``Sandbox`` spawns the result.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from .config import SandboxConfig
+from .errors import SetupError
+from .rootfs import RootfsPlan
+
+MiB = 1 << 20
+
+# Namespaces every sandbox unshares (net is added unless network="host").
+NAMESPACE_FLAGS = (
+    "--unshare-user",
+    "--unshare-ipc",
+    "--unshare-pid",
+    "--unshare-uts",
+    "--unshare-cgroup",
+)
+
+
+@dataclass(frozen=True)
+class BwrapInfo:
+    path: str
+    version: tuple[int, ...]
+    disable_userns: bool  # --disable-userns (0.8.0+)
+    tmpfs_size: bool  # --size for --tmpfs (0.8.0+)
+
+    @property
+    def version_str(self) -> str:
+        return ".".join(map(str, self.version))
+
+
+MIN_VERSION = (0, 8, 0)
+
+
+@functools.lru_cache(maxsize=1)
+def find_bwrap() -> BwrapInfo:
+    """Locate bwrap and read its version and features (cached)."""
+    path = os.environ.get("SANDBOXLITE_BWRAP") or shutil.which("bwrap")
+    if not path:
+        raise SetupError(
+            "bubblewrap (bwrap) is not installed",
+            hint="apt-get install bubblewrap   (Fedora: dnf install bubblewrap)",
+        )
+    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
+    version = tuple(int(x) for x in m.groups(default="0")) if m else (0, 0, 0)
+    if version < MIN_VERSION:
+        raise SetupError(
+            f"bwrap {'.'.join(map(str, version))} at {path} is too old (sandboxlite needs 0.8.0 or newer)",
+            hint="upgrade bubblewrap (Debian 12 and Ubuntu 24.04 ship 0.8.0+)",
+        )
+    helptext = subprocess.run([path, "--help"], capture_output=True, text=True).stdout
+    return BwrapInfo(
+        path=path,
+        version=version,
+        disable_userns="--disable-userns" in helptext,
+        tmpfs_size="--size" in helptext,
+    )
+
+
+@dataclass(frozen=True)
+class JailFds:
+    """Descriptor numbers the bwrap process inherits."""
+
+    ctrl: int  # our end of the control socket, as seen by the executor
+    executor: int  # an O_RDONLY descriptor of the executor binary
+    seccomp: int  # a pipe holding the BPF program
+
+
+def rlimit_args(config: SandboxConfig, *, memory_by_cgroup: bool, nproc_enforced: bool) -> list[str]:
+    """The executor's ``NAME=VALUE`` rlimit arguments (inherited by every command)."""
+    lim = config.limits
+    out = []
+    out.append(f"cpu={lim.cpu_s if lim.cpu_s is not None else 'inf'}")
+    if lim.memory_mb is not None and not memory_by_cgroup:
+        out.append(f"as={lim.memory_mb * MiB}")
+    out.append(f"fsize={lim.fsize_mb * MiB if lim.fsize_mb is not None else 'inf'}")
+    if lim.pids is not None and nproc_enforced:
+        out.append(f"nproc={lim.pids}")
+    out.append(f"nofile={lim.nofile}")
+    out.append("core=0")
+    return out
+
+
+def _tmpfs(path: str, size_mb: int, info: BwrapInfo) -> list[str]:
+    sized = ["--size", str(size_mb * MiB)] if info.tmpfs_size else []
+    return [*sized, "--tmpfs", path]
+
+
+def build_argv(
+    config: SandboxConfig,
+    plan: RootfsPlan,
+    fds: JailFds,
+    info: BwrapInfo,
+    rlimits: list[str],
+) -> list[str]:
+    """The complete bwrap command line for ``config`` (a pure function)."""
+    lim = config.limits
+    argv = [info.path, *NAMESPACE_FLAGS]
+    if config.network == "none":
+        argv.append("--unshare-net")
+    if info.disable_userns:
+        argv.append("--disable-userns")
+    argv += [
+        "--uid", "0", "--gid", "0",
+        "--hostname", config.hostname,
+        "--new-session",  # no controlling terminal: TIOCSTI cannot reach the caller's tty
+        "--as-pid-1",  # the executor is init: orphans are reaped by it
+        "--cap-drop", "ALL",
+        "--clearenv",
+        "--seccomp", str(fds.seccomp),
+        "--chdir", "/",
+    ]  # fmt: skip
+    for src, dst in plan.binds:
+        argv += ["--ro-bind", src, dst]
+    for target, path in plan.symlinks:
+        argv += ["--symlink", target, path]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += _tmpfs("/dev/shm", lim.tmp_mb, info)
+    argv += _tmpfs("/tmp", lim.tmp_mb, info)
+    argv += _tmpfs("/root", lim.tmp_mb, info)
+    mounted = {m.dst for m in config.mounts}
+    if "/testbed" not in mounted:
+        argv += _tmpfs("/testbed", lim.testbed_mb, info)
+    # parents before children, so a mount inside another mount lands on top
+    for m in sorted(config.mounts, key=lambda m: m.dst.count("/")):
+        argv += ["--bind" if m.rw else "--ro-bind", m.src, m.dst]
+    if config.workdir not in mounted and config.workdir != "/testbed":
+        writable = ["/tmp", "/root", "/dev/shm", *(m.dst for m in config.mounts if m.rw)]
+        if "/testbed" not in mounted:
+            writable.append("/testbed")
+        if any(config.workdir.startswith(w + "/") for w in writable):
+            argv += ["--dir", config.workdir]
+        else:  # a workdir of its own, writable like /testbed
+            argv += _tmpfs(config.workdir, lim.testbed_mb, info)
+    argv += ["--remount-ro", "/"]
+    argv += [f"/proc/self/fd/{fds.executor}", f"ctrl={fds.ctrl}", f"exe={fds.executor}", *rlimits]
+    return argv

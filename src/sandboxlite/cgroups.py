@@ -1,0 +1,160 @@
+"""Per-sandbox memory and pids limits through cgroups, where the caller can use them.
+
+- cgroup v1 (hybrid hosts such as this one): only root can create groups.  We
+  use ``/sys/fs/cgroup/{pids,memory}/sandboxlite/<pid>-<n>``.
+- cgroup v2: a process may only manage a cgroup subtree delegated to it.  Point
+  ``SANDBOXLITE_CGROUP_PARENT`` at such a directory (with ``+pids +memory`` in
+  its ``cgroup.subtree_control``, e.g. from ``systemd-run --user -p Delegate=yes``)
+  and sandboxes are created below it.
+
+Where neither works, ``detect()`` says why; the sandbox then relies on rlimits
+(RLIMIT_NPROC counts per user namespace for a non-root caller; RLIMIT_AS caps
+each process's address space) and ``sandboxlite doctor`` reports it.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+V1_ROOT = Path("/sys/fs/cgroup")
+GROUP = "sandboxlite"
+
+
+@dataclass(frozen=True)
+class Support:
+    kind: str | None  # "v1", "v2" or None
+    reason: str  # why not, or where
+
+
+def _writable_v1(ctrl: str) -> bool:
+    d = V1_ROOT / ctrl
+    return (d / "cgroup.procs").exists() and (d / "tasks").exists() and os.access(d, os.W_OK)
+
+
+@functools.lru_cache(maxsize=1)
+def detect() -> Support:
+    parent = os.environ.get("SANDBOXLITE_CGROUP_PARENT")
+    if parent:
+        p = Path(parent)
+        try:
+            ctl = (p / "cgroup.subtree_control").read_text().split()
+        except OSError as e:
+            return Support(None, f"SANDBOXLITE_CGROUP_PARENT={parent} is not a cgroup v2 directory ({e.strerror})")
+        missing = {"pids", "memory"} - set(ctl)
+        if missing:
+            return Support(None, f"{parent}/cgroup.subtree_control lacks {' '.join(sorted(missing))}")
+        if not os.access(p, os.W_OK):
+            return Support(None, f"{parent} is not writable by this user")
+        return Support("v2", parent)
+    if _writable_v1("pids") and _writable_v1("memory"):
+        return Support("v1", str(V1_ROOT))
+    if (V1_ROOT / "cgroup.controllers").exists():
+        return Support(None, "cgroup v2 without a delegated subtree (set SANDBOXLITE_CGROUP_PARENT)")
+    if (V1_ROOT / "pids").is_dir():
+        return Support(None, "cgroup v1 host: only root can create cgroups")
+    return Support(None, "no pids/memory cgroup controllers mounted")
+
+
+_counter = itertools.count()
+_cleaned = False
+
+
+def _cleanup_stale(parents: list[Path]) -> None:
+    """Remove empty groups left behind by processes that died (kill -9)."""
+    global _cleaned
+    if _cleaned:
+        return
+    _cleaned = True
+    for parent in parents:
+        if not parent.is_dir():
+            continue
+        for d in parent.iterdir():
+            owner = d.name.split("-", 1)[0]
+            if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+
+
+class Cgroup:
+    """One sandbox's cgroup(s); ``attach`` a pid before it forks, ``destroy`` at close."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        self.dirs = dirs
+
+    @classmethod
+    def create(cls, support: Support, memory_bytes: int | None, pids: int | None) -> "Cgroup":
+        name = f"{os.getpid()}-{next(_counter)}"
+        dirs: list[Path] = []
+        try:
+            if support.kind == "v1":
+                parents = [V1_ROOT / "pids" / GROUP, V1_ROOT / "memory" / GROUP]
+                for p in parents:
+                    p.mkdir(exist_ok=True)
+                _cleanup_stale(parents)
+                pd, md = parents[0] / name, parents[1] / name
+                pd.mkdir()
+                dirs.append(pd)
+                md.mkdir()
+                dirs.append(md)
+                if pids is not None:
+                    (pd / "pids.max").write_text(str(pids))
+                if memory_bytes is not None:
+                    (md / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                    memsw = md / "memory.memsw.limit_in_bytes"
+                    if memsw.exists():
+                        memsw.write_text(str(memory_bytes))
+            elif support.kind == "v2":
+                parent = Path(support.reason)
+                _cleanup_stale([parent])
+                d = parent / name
+                d.mkdir()
+                dirs.append(d)
+                if pids is not None:
+                    (d / "pids.max").write_text(str(pids))
+                if memory_bytes is not None:
+                    (d / "memory.max").write_text(str(memory_bytes))
+                    if (d / "memory.swap.max").exists():
+                        (d / "memory.swap.max").write_text("0")
+            else:
+                raise OSError(f"cgroups unavailable: {support.reason}")
+        except BaseException:
+            cls(dirs).destroy()
+            raise
+        return cls(dirs)
+
+    def attach(self, pid: int) -> None:
+        for d in self.dirs:
+            (d / "cgroup.procs").write_text(str(pid))
+
+    def pids(self) -> list[int]:
+        if not self.dirs:
+            return []
+        try:
+            return [int(x) for x in (self.dirs[0] / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def memory_peak(self) -> int | None:
+        for d in self.dirs:
+            for name in ("memory.max_usage_in_bytes", "memory.peak"):
+                try:
+                    return int((d / name).read_text())
+                except (OSError, ValueError):
+                    continue
+        return None
+
+    def destroy(self) -> None:
+        for d in self.dirs:
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                pass  # still busy: cleaned up by the next process's stale sweep
+        self.dirs = []

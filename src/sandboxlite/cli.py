@@ -1,0 +1,98 @@
+"""The ``sandboxlite`` command line.  It only parses and maps errors to exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import click
+
+from . import __version__
+from .config import Limits, Mount, SandboxConfig
+from .errors import ConfigError, SandboxError
+
+# Exit codes of our own (a command's own exit code passes through unchanged).
+EXIT_USAGE = 2  # bad arguments or config
+EXIT_SANDBOX = 125  # sandboxlite itself failed (like `docker run`)
+
+
+def _fail(e: SandboxError) -> None:
+    click.echo(f"sandboxlite: {e}", err=True)
+    sys.exit(EXIT_USAGE if isinstance(e, ConfigError) else EXIT_SANDBOX)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sandboxlite")
+def main() -> None:
+    """Millisecond sandboxes for LLM agents (bubblewrap + seccomp)."""
+
+
+@main.command()
+def doctor() -> None:
+    """Check that this host can run sandboxes, and say how to fix what is missing."""
+    from .doctor import header, run_checks
+
+    click.echo(header())
+    marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+    failed = False
+    for c in run_checks():
+        click.echo(f"[{marks[c.status]}] {c.name}: {c.detail}")
+        if c.hint and c.status != "ok":
+            click.echo(f"       Hint: {c.hint}")
+        failed |= c.status == "fail"
+    sys.exit(1 if failed else 0)
+
+
+@main.command(name="exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--rootfs", default="auto", show_default=True, help='"auto", "host", an image name or a directory.')
+@click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:ro|rw]", help="Show a host path inside (repeatable).")
+@click.option("--timeout", type=float, default=None, help="Seconds before the command is killed (exit code 124).")
+@click.option("--network", type=click.Choice(["none", "host"]), default="none", show_default=True)
+@click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Set an environment variable (repeatable).")
+@click.option("--workdir", default="/testbed", show_default=True)
+@click.option("--memory-mb", type=int, default=None, help="Memory limit in MiB.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(rootfs, mounts, timeout, network, envs, workdir, memory_mb, command) -> None:
+    """Run COMMAND in a fresh sandbox and pass its exit code through.
+
+    Example: sandboxlite exec -- python3 -c 'print(6*7)'
+    """
+    from .sandbox import Sandbox
+
+    try:
+        env = {}
+        for item in envs:
+            if "=" not in item:
+                raise ConfigError("--env", f"expected KEY=VALUE, got {item!r}")
+            k, v = item.split("=", 1)
+            env[k] = v
+        limits = Limits(**({"memory_mb": memory_mb} if memory_mb else {}))
+        if timeout is not None:
+            limits = dataclasses.replace(limits, timeout_s=timeout)
+        config = SandboxConfig(
+            rootfs=rootfs,
+            mounts=tuple(Mount.parse(m) for m in mounts),
+            network=network,
+            env=env,
+            workdir=workdir,
+            limits=limits,
+        )
+        stdin = None if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
+        with Sandbox(config) as sb:
+            result = sb.exec(list(command), stdin=stdin)
+    except SandboxError as e:
+        _fail(e)
+        return
+    sys.stdout.buffer.write(result.stdout)
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(result.stderr)
+    if result.truncated:
+        click.echo(f"sandboxlite: output truncated at {config.limits.output_bytes} bytes per stream", err=True)
+    if result.timed_out:
+        click.echo(f"sandboxlite: timed out after {result.duration_s:.1f}s", err=True)
+    sys.stderr.buffer.flush()
+    sys.exit(result.exit_code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,196 @@
+"""Sandbox configuration: plain frozen dataclasses, validated on construction.
+
+A bad value raises ``ConfigError`` naming the field and what is allowed, so a
+config read from JSON or a command line fails early and clearly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+NETWORK_MODES = ("none", "host")
+CGROUP_MODES = ("auto", "off", "required")
+
+# Sandbox paths the jail itself owns; a caller's mount may not replace them.
+RESERVED_PATHS = ("/", "/proc", "/dev", "/sys")
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _check_abs(name: str, path: str) -> str:
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ConfigError(name, f"must be an absolute path inside the sandbox, got {path!r}")
+    if "\0" in path:
+        raise ConfigError(name, "must not contain NUL bytes")
+    norm = posixpath.normpath(path)
+    if norm.startswith("//"):
+        norm = norm[1:]
+    return norm
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path made visible inside the sandbox (read-only unless ``rw``)."""
+
+    src: str
+    dst: str
+    rw: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.src, (str, os.PathLike)) or not str(self.src):
+            raise ConfigError("mount.src", f"must be a host path, got {self.src!r}")
+        object.__setattr__(self, "src", os.path.abspath(os.fspath(self.src)))
+        object.__setattr__(self, "dst", _check_abs("mount.dst", self.dst))
+        if self.dst in RESERVED_PATHS:
+            raise ConfigError("mount.dst", f"{self.dst} belongs to the jail and cannot be a mount target")
+        if not isinstance(self.rw, bool):
+            raise ConfigError("mount.rw", f"must be true or false, got {self.rw!r}")
+
+    @classmethod
+    def parse(cls, spec: str) -> "Mount":
+        """Parse ``SRC:DST[:ro|rw]`` (the CLI's ``--mount``)."""
+        parts = spec.split(":")
+        if len(parts) == 3 and parts[2] in ("ro", "rw"):
+            return cls(parts[0], parts[1], parts[2] == "rw")
+        if len(parts) == 2:
+            return cls(parts[0], parts[1])
+        raise ConfigError("mount", f"expected SRC:DST[:ro|rw], got {spec!r}")
+
+
+def _positive(name: str, value: Any, *, optional: bool, kind: type = int) -> None:
+    if value is None and optional:
+        return
+    ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+    if not ok or value <= 0:
+        allowed = "a positive number" if kind is float else "a positive integer"
+        raise ConfigError(name, f"must be {allowed}{' or None' if optional else ''}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandbox.  ``None`` lifts a limit."""
+
+    timeout_s: float = 120.0  # default wall-clock timeout of one exec / shell command
+    cpu_s: int | None = 600  # RLIMIT_CPU, per process
+    memory_mb: int | None = 4096  # cgroup memory limit; RLIMIT_AS where cgroups are unavailable
+    pids: int | None = 512  # cgroup pids.max; RLIMIT_NPROC where it is enforced
+    nofile: int = 1024  # RLIMIT_NOFILE
+    fsize_mb: int | None = 1024  # RLIMIT_FSIZE: the largest file a process may write
+    tmp_mb: int = 1024  # size of the /tmp tmpfs
+    testbed_mb: int = 2048  # size of the /testbed tmpfs (when /testbed is not a mount)
+    output_bytes: int = 1 << 20  # stdout and stderr are each capped at this many bytes
+
+    def __post_init__(self) -> None:
+        _positive("limits.timeout_s", self.timeout_s, optional=False, kind=float)
+        for name in ("cpu_s", "memory_mb", "pids", "fsize_mb"):
+            _positive(f"limits.{name}", getattr(self, name), optional=True)
+        for name in ("nofile", "tmp_mb", "testbed_mb", "output_bytes"):
+            _positive(f"limits.{name}", getattr(self, name), optional=False)
+        if self.pids is not None and self.pids < 8:
+            raise ConfigError("limits.pids", f"must be at least 8 (the jail needs a few), got {self.pids}")
+        if self.nofile < 16:
+            raise ConfigError("limits.nofile", f"must be at least 16, got {self.nofile}")
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Everything that defines a sandbox.
+
+    rootfs: ``"auto"`` (the built default image when present, else ``"host"``),
+        ``"host"`` (the host's /usr and a minimal /etc, read-only), the name of a
+        built image, or a path to a root filesystem directory.
+    mounts: host paths to show inside (``Mount`` objects or ``"SRC:DST[:ro|rw]"``).
+    network: ``"none"`` (only ``lo``) or ``"host"``.
+    env: extra environment variables (on top of PATH, HOME, LANG, ...).
+    workdir: the working directory of commands (a writable tmpfs at ``/testbed``).
+    cgroups: ``"auto"`` (use them when the caller can), ``"off"``, or ``"required"``.
+    """
+
+    rootfs: str = "auto"
+    mounts: tuple[Mount, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    network: str = "none"
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str = "/testbed"
+    hostname: str = "sandbox"
+    cgroups: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rootfs, (str, os.PathLike)) or not str(self.rootfs):
+            raise ConfigError("rootfs", f'must be "auto", "host", an image name or a directory, got {self.rootfs!r}')
+        object.__setattr__(self, "rootfs", os.fspath(self.rootfs))
+        mounts = []
+        for i, m in enumerate(self.mounts or ()):
+            if isinstance(m, str):
+                m = Mount.parse(m)
+            elif isinstance(m, Mapping):
+                try:
+                    m = Mount(**m)
+                except TypeError as e:
+                    raise ConfigError(f"mounts[{i}]", f"expected keys src, dst, rw: {e}") from None
+            elif isinstance(m, (tuple, list)):
+                m = Mount(*m)
+            if not isinstance(m, Mount):
+                raise ConfigError(f"mounts[{i}]", f"expected a Mount or 'SRC:DST[:ro|rw]', got {m!r}")
+            mounts.append(m)
+        dsts = [m.dst for m in mounts]
+        for d in dsts:
+            if dsts.count(d) > 1:
+                raise ConfigError("mounts", f"{d} is mounted twice")
+        object.__setattr__(self, "mounts", tuple(mounts))
+        if isinstance(self.limits, Mapping):
+            try:
+                object.__setattr__(self, "limits", Limits(**self.limits))
+            except TypeError as e:
+                allowed = ", ".join(f.name for f in dataclasses.fields(Limits))
+                raise ConfigError("limits", f"{e}; allowed keys: {allowed}") from None
+        if not isinstance(self.limits, Limits):
+            raise ConfigError("limits", f"expected a Limits or a mapping, got {self.limits!r}")
+        if self.network not in NETWORK_MODES:
+            raise ConfigError("network", f"must be one of {', '.join(NETWORK_MODES)}, got {self.network!r}")
+        if self.cgroups not in CGROUP_MODES:
+            raise ConfigError("cgroups", f"must be one of {', '.join(CGROUP_MODES)}, got {self.cgroups!r}")
+        if not isinstance(self.env, Mapping):
+            raise ConfigError("env", f"must be a mapping of str to str, got {type(self.env).__name__}")
+        for k, v in self.env.items():
+            check_env_pair(k, v)
+        object.__setattr__(self, "env", dict(self.env))
+        object.__setattr__(self, "workdir", _check_abs("workdir", self.workdir))
+        if not isinstance(self.hostname, str) or not self.hostname or len(self.hostname) > 64:
+            raise ConfigError("hostname", f"must be 1-64 characters, got {self.hostname!r}")
+
+    def replace(self, **changes: Any) -> "SandboxConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def check_env_pair(key: Any, value: Any, field_name: str = "env") -> None:
+    if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+        raise ConfigError(field_name, f"variable names must be non-empty strings without '=' or NUL, got {key!r}")
+    if not isinstance(value, str) or "\0" in value:
+        raise ConfigError(f"{field_name}[{key!r}]", f"must be a string without NUL bytes, got {value!r}")
+
+
+def base_env(config: SandboxConfig) -> dict[str, str]:
+    """The environment every command starts from."""
+    env = {
+        "PATH": DEFAULT_PATH,
+        "HOME": "/root",
+        "USER": "root",
+        "LOGNAME": "root",
+        "SHELL": "/bin/bash",
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "HOSTNAME": config.hostname,
+        "TMPDIR": "/tmp",
+        "MPLBACKEND": "Agg",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update(config.env)
+    return env

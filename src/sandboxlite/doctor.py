@@ -1,0 +1,155 @@
+"""``sandboxlite doctor``: can this host run sandboxes, and how well protected are they?
+
+Each check returns a ``Check`` with a status (``ok``, ``warn``, ``fail``), what
+was found, and for anything short of ``ok`` a hint that says how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import bwrap, cgroups, executor, rootfs, seccomp
+from .errors import SandboxError
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # "ok", "warn", "fail"
+    detail: str
+    hint: str = ""
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def check_bwrap() -> Check:
+    try:
+        info = bwrap.find_bwrap()
+    except SandboxError as e:
+        return Check("bubblewrap", "fail", e.message, e.hint or "")
+    extra = "" if info.disable_userns else " (no --disable-userns: nested user namespaces are blocked by seccomp only)"
+    return Check("bubblewrap", "ok", f"{info.path} {info.version_str}{extra}")
+
+
+def check_userns() -> Check:
+    clone = _read("/proc/sys/kernel/unprivileged_userns_clone")
+    maxns = _read("/proc/sys/user/max_user_namespaces")
+    apparmor = _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+    if clone == "0" and os.geteuid() != 0:
+        return Check(
+            "user namespaces", "fail", "kernel.unprivileged_userns_clone = 0",
+            "sysctl -w kernel.unprivileged_userns_clone=1 (persist it in /etc/sysctl.d/)",
+        )  # fmt: skip
+    if maxns == "0":
+        return Check("user namespaces", "fail", "user.max_user_namespaces = 0", "sysctl -w user.max_user_namespaces=15000")
+    if apparmor == "1" and os.geteuid() != 0:
+        return Check(
+            "user namespaces", "warn",
+            "AppArmor restricts unprivileged user namespaces (Ubuntu >= 23.10)",
+            "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or add an AppArmor profile allowing "
+            "userns for /usr/bin/bwrap",
+        )  # fmt: skip
+    return Check("user namespaces", "ok", f"max_user_namespaces={maxns}")
+
+
+def check_seccomp() -> Check:
+    try:
+        n = len(seccomp.filter_bytes()) // 8
+    except SandboxError as e:
+        return Check("seccomp", "fail", e.message, e.hint or "")
+    status = _read("/proc/self/status") or ""
+    mode = next((line.split()[1] for line in status.splitlines() if line.startswith("Seccomp:")), "0")
+    if mode == "2":
+        return Check(
+            "seccomp", "warn",
+            f"filter built ({n} BPF instructions), but this process already runs under a seccomp filter "
+            "(Docker's default profile blocks the namespaces sandboxes need)",
+            "run the container with --security-opt seccomp=unconfined (and apparmor=unconfined)",
+        )  # fmt: skip
+    return Check("seccomp", "ok", f"filter built ({n} BPF instructions, {len(seccomp.DENIED_SYSCALLS)} calls denied)")
+
+
+def check_cgroups() -> Check:
+    s = cgroups.detect()
+    if s.kind:
+        return Check("cgroups", "ok", f"{s.kind} at {s.reason}: memory and pids limits per sandbox")
+    if os.geteuid() == 0:
+        return Check(
+            "cgroups", "warn",
+            f"unavailable ({s.reason}); as root, RLIMIT_NPROC does not apply, so a fork bomb is not contained",
+            "mount the pids and memory controllers, or run sandboxlite as a non-root user",
+        )  # fmt: skip
+    return Check(
+        "cgroups", "warn",
+        f"unavailable ({s.reason}); using RLIMIT_NPROC (per user namespace) and RLIMIT_AS instead",
+        "for exact memory limits, delegate a cgroup v2 subtree: "
+        "systemd-run --user --scope -p Delegate=yes ... and set SANDBOXLITE_CGROUP_PARENT",
+    )  # fmt: skip
+
+
+def check_executor() -> Check:
+    try:
+        path = executor.executor_path()
+    except SandboxError as e:
+        return Check("executor", "fail", e.message, e.hint or "")
+    if executor.is_static(path):
+        return Check("executor", "ok", f"{path} (static)")
+    return Check(
+        "executor", "warn", f"{path} is dynamically linked: it runs only over a rootfs with a compatible libc",
+        "apt-get install libc6-dev, then delete the file so it is rebuilt statically",
+    )  # fmt: skip
+
+
+def check_rootfs() -> Check:
+    try:
+        plan = rootfs.resolve("auto")
+    except SandboxError as e:
+        return Check("rootfs", "fail", e.message, e.hint or "")
+    if plan.kind == "host":
+        return Check(
+            "rootfs", "warn",
+            "no built image; sandboxes use the host's /usr read-only (rootfs='host')",
+            "for a self-contained root, pass rootfs=DIR with a Debian tree (e.g. made by mmdebstrap), "
+            f"or install one at {rootfs.image_root(rootfs.DEFAULT_PROFILE)}",
+        )  # fmt: skip
+    return Check("rootfs", "ok", f"{plan.name} ({plan.path})")
+
+
+def check_sandbox() -> Check:
+    from .sandbox import Sandbox
+
+    try:
+        with Sandbox() as sb:
+            r = sb.exec(["/bin/sh", "-c", "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; ls /sys/class/net 2>/dev/null || cat /proc/net/dev"])
+    except SandboxError as e:
+        return Check("sandbox", "fail", e.message, e.hint or "")
+    fields = dict(line.split(":\t", 1) for line in r.stdout_text.splitlines() if ":\t" in line)
+    problems = []
+    if fields.get("CapEff", "").strip("0") != "":
+        problems.append(f"CapEff={fields.get('CapEff')}")
+    if fields.get("NoNewPrivs") != "1":
+        problems.append("no_new_privs not set")
+    if fields.get("Seccomp") != "2":
+        problems.append("seccomp not active")
+    if problems:
+        return Check("sandbox", "fail", "a test sandbox is not confined: " + ", ".join(problems), "report this as a bug")
+    return Check("sandbox", "ok", "started a sandbox: no capabilities, no_new_privs, seccomp filter active")
+
+
+def run_checks() -> list[Check]:
+    checks = [check_bwrap(), check_userns(), check_seccomp(), check_cgroups(), check_executor(), check_rootfs()]
+    if all(c.status != "fail" for c in checks):
+        checks.append(check_sandbox())
+    return checks
+
+
+def header() -> str:
+    return f"sandboxlite doctor: {platform.system()} {platform.release()} {platform.machine()}, euid {os.geteuid()}"

@@ -1,0 +1,135 @@
+"""Every exception sandboxlite raises, in one hierarchy.
+
+::
+
+    SandboxError
+    ├── ConfigError(SandboxError, ValueError)        a config field has a bad value
+    ├── SetupError(SandboxError, RuntimeError)       the host cannot run sandboxes
+    │                                                (bwrap missing, user namespaces off,
+    │                                                no C compiler for the executor)
+    ├── RootfsError(SandboxError)                    rootfs missing, incomplete or corrupt
+    ├── SandboxClosed(SandboxError, RuntimeError)    the sandbox was closed (or never opened)
+    ├── SandboxCrashed(SandboxError, RuntimeError)   the jail died under us
+    ├── CommandTimeout(SandboxError, TimeoutError)   raised by ExecResult.check()
+    ├── CommandFailed(SandboxError)                  raised by ExecResult.check()
+    └── SandboxFileError(SandboxError, OSError)      a file operation inside the sandbox failed
+        ├── SandboxFileNotFound(.., FileNotFoundError)
+        ├── SandboxPermissionError(.., PermissionError)
+        ├── SandboxIsADirectory(.., IsADirectoryError)
+        ├── SandboxNotADirectory(.., NotADirectoryError)
+        └── SandboxFileExists(.., FileExistsError)
+
+A command that exits non-zero, or runs out of time, is *data*: ``Sandbox.exec``
+returns an ``ExecResult`` with ``exit_code`` and ``timed_out`` set.  Call
+``result.check()`` to turn it into ``CommandFailed`` / ``CommandTimeout``.
+
+Every message says what went wrong and, where there is one, what to do about it
+(a line starting with ``Hint:``).
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+
+
+class SandboxError(Exception):
+    """Base class of every sandboxlite error."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message if hint is None else f"{message}\nHint: {hint}")
+
+
+class ConfigError(SandboxError, ValueError):
+    """A configuration value is invalid: the message names the field and what is allowed."""
+
+    def __init__(self, field: str, message: str, *, hint: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}", hint=hint)
+
+
+class SetupError(SandboxError, RuntimeError):
+    """This host cannot run sandboxes as configured (see ``sandboxlite doctor``)."""
+
+
+class RootfsError(SandboxError):
+    """The root filesystem is missing, incomplete or corrupt."""
+
+
+class SandboxClosed(SandboxError, RuntimeError):
+    """An operation was attempted on a closed sandbox."""
+
+    def __init__(self, message: str = "the sandbox is closed", *, hint: str | None = None) -> None:
+        super().__init__(
+            message, hint=hint or "open a new one (Sandbox(...)) or call reset() before close()"
+        )
+
+
+class SandboxCrashed(SandboxError, RuntimeError):
+    """The jail (bwrap or the executor inside it) died unexpectedly."""
+
+
+class CommandTimeout(SandboxError, TimeoutError):
+    """A command ran past its timeout (raised by ``ExecResult.check()``)."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        self.result = result
+        super().__init__(message, hint="raise the timeout (exec(..., timeout=S)) or run less at once")
+
+
+class CommandFailed(SandboxError):
+    """A command exited non-zero (raised by ``ExecResult.check()``)."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        self.result = result
+        super().__init__(message)
+
+
+class SandboxFileError(SandboxError, OSError):
+    """A file operation inside the sandbox failed; ``errno`` and ``filename`` are set."""
+
+    def __init__(self, err: int, path: str, message: str | None = None) -> None:
+        self.message = message or os.strerror(err)
+        self.hint = None
+        OSError.__init__(self, err, self.message, path)
+
+    def __str__(self) -> str:  # like OSError: "[Errno 2] No such file or directory: '/x'"
+        return OSError.__str__(self) + " (inside the sandbox)"
+
+
+class SandboxFileNotFound(SandboxFileError, FileNotFoundError):
+    pass
+
+
+class SandboxPermissionError(SandboxFileError, PermissionError):
+    pass
+
+
+class SandboxIsADirectory(SandboxFileError, IsADirectoryError):
+    pass
+
+
+class SandboxNotADirectory(SandboxFileError, NotADirectoryError):
+    pass
+
+
+class SandboxFileExists(SandboxFileError, FileExistsError):
+    pass
+
+
+_BY_ERRNO = {
+    _errno.ENOENT: SandboxFileNotFound,
+    _errno.EACCES: SandboxPermissionError,
+    _errno.EPERM: SandboxPermissionError,
+    _errno.EROFS: SandboxPermissionError,
+    _errno.EISDIR: SandboxIsADirectory,
+    _errno.ENOTDIR: SandboxNotADirectory,
+    _errno.EEXIST: SandboxFileExists,
+}
+
+
+def file_error(err: int, path: str, message: str | None = None) -> SandboxFileError:
+    """The most specific ``SandboxFileError`` subclass for ``err``."""
+    return _BY_ERRNO.get(err, SandboxFileError)(err, path, message)

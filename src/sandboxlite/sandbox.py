@@ -1,0 +1,751 @@
+"""``Sandbox``: one living jail (bwrap + the executor as its PID 1).
+
+The jail is started once; every ``exec`` asks the executor inside to fork the
+command (a round trip of a fraction of a millisecond), so files and background
+processes persist between commands until ``reset()`` or ``close()``.
+
+Threads: a Sandbox may be shared between threads; its operations are
+serialised by a lock.  Open several sandboxes for parallelism.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import select
+import signal
+import socket
+import stat
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import bwrap, cgroups, executor, rootfs, seccomp
+from .config import SandboxConfig, base_env, check_env_pair
+from .errors import (
+    ConfigError,
+    RootfsError,
+    SandboxClosed,
+    SandboxCrashed,
+    SandboxError,
+    SetupError,
+    file_error,
+)
+from .protocol import (
+    OP_MKPARENTS,
+    OP_REQ_DIR,
+    OP_REQ_REG,
+    SP_STDERR,
+    SP_STDIN,
+    SP_STDOUT,
+    Channel,
+    strings,
+)
+from .result import TIMEOUT_EXIT_CODE, ExecResult, OutputBuffer, decode_status
+
+START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
+KILL_GRACE_S = 5.0  # after a kill request, the tree must be gone within this
+_READ = 1 << 16
+
+_executor_fd_lock = threading.Lock()
+_executor_fd: int | None = None
+_nofile_raised = False
+
+
+def _executor_fd_get() -> int:
+    global _executor_fd
+    with _executor_fd_lock:
+        if _executor_fd is None:
+            _executor_fd = os.open(executor.executor_path(), os.O_RDONLY | os.O_CLOEXEC)
+        return _executor_fd
+
+
+def _raise_nofile() -> None:
+    """Each sandbox holds three descriptors on the host: lift the soft limit once."""
+    global _nofile_raised
+    if _nofile_raised:
+        return
+    _nofile_raised = True
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, 1 << 20), hard))
+        except (ValueError, OSError):
+            pass
+
+
+def _diagnose(stderr: str, config: SandboxConfig) -> SandboxError:
+    """Turn bwrap's complaint into an error that says what to do."""
+    s = stderr.strip()
+    low = s.lower()
+    if "uid map" in low or "new namespace" in low or "unshare" in low or "operation not permitted" in low:
+        return SetupError(
+            f"bwrap could not create the sandbox's namespaces: {s}",
+            hint="enable unprivileged user namespaces (sysctl -w kernel.unprivileged_userns_clone=1; "
+            "on Ubuntu >= 23.10: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0); inside Docker, "
+            "run with --security-opt seccomp=unconfined --security-opt apparmor=unconfined. "
+            "Run `sandboxlite doctor` for details.",
+        )
+    if "can't find source path" in low:
+        return ConfigError("mounts", f"bwrap: {s}", hint="check that every mount source exists on the host")
+    if "/proc/self/fd" in low or "execvp" in low:
+        return SetupError(f"bwrap could not start the executor: {s}", hint="run `sandboxlite doctor`")
+    return SandboxCrashed(f"the sandbox failed to start: {s or 'bwrap exited without a message'}")
+
+
+class Sandbox:
+    """A jail you can run commands and move files in.
+
+    >>> with Sandbox() as sb:
+    ...     sb.exec("echo hi").stdout
+    b'hi\\n'
+
+    ``Sandbox(config)`` or ``Sandbox(**fields)`` (fields of ``SandboxConfig``)
+    starts the jail immediately.
+    """
+
+    def __init__(self, config: SandboxConfig | None = None, **overrides: Any) -> None:
+        if config is None:
+            config = SandboxConfig(**overrides)
+        elif overrides:
+            config = config.replace(**overrides)
+        if not isinstance(config, SandboxConfig):
+            raise ConfigError("config", f"expected a SandboxConfig, got {type(config).__name__}")
+        for m in config.mounts:
+            if not os.path.exists(m.src):
+                raise ConfigError("mounts", f"host path {m.src} does not exist (for {m.dst})")
+        self.config = config
+        self._lock = threading.RLock()
+        self._shells: weakref.WeakSet = weakref.WeakSet()
+        self._chan: Channel | None = None
+        self._closed = True
+        self._env = base_env(config)
+        self.generation = 0
+        self._start()
+
+    # -- lifecycle -------------------------------------------------------------
+    def _start(self) -> None:
+        _raise_nofile()
+        config = self.config
+        info = bwrap.find_bwrap()
+        plan = rootfs.resolve(config.rootfs)
+        self.rootfs_plan = plan
+        exe_fd = _executor_fd_get()
+
+        support = cgroups.detect() if config.cgroups != "off" else cgroups.Support(None, "disabled by config")
+        if config.cgroups == "required" and support.kind is None:
+            raise SetupError(f"cgroups are required but unavailable: {support.reason}", hint="run `sandboxlite doctor`")
+        use_cgroup = support.kind is not None
+        self._cgroup: cgroups.Cgroup | None = None
+        rlimits = bwrap.rlimit_args(
+            config,
+            memory_by_cgroup=use_cgroup,
+            nproc_enforced=os.geteuid() != 0,  # RLIMIT_NPROC does not bind uid 0 mapped to host root
+        )
+
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        parent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        sec_fd = seccomp.filter_fd()
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        fds = bwrap.JailFds(ctrl=child.fileno(), executor=exe_fd, seccomp=sec_fd)
+        argv = bwrap.build_argv(config, plan, fds, info, rlimits)
+        self.argv = argv
+        try:
+            actions = [
+                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_DUP2, err_w, 2),
+                # dup2 onto itself clears FD_CLOEXEC: these three reach bwrap
+                (os.POSIX_SPAWN_DUP2, fds.ctrl, fds.ctrl),
+                (os.POSIX_SPAWN_DUP2, fds.executor, fds.executor),
+                (os.POSIX_SPAWN_DUP2, fds.seccomp, fds.seccomp),
+            ]
+            try:
+                pid = os.posix_spawn(info.path, argv, {}, file_actions=actions, setsid=True)
+            except OSError as e:
+                raise SetupError(f"could not run {info.path}: {e}", hint="apt-get install bubblewrap") from None
+        except BaseException:
+            os.close(err_r)
+            parent.close()
+            raise
+        finally:
+            os.close(err_w)
+            os.close(sec_fd)
+            child.close()
+        self._bwrap_pid = pid
+        self._bwrap_status: int | None = None
+        self._pidfd = os.pidfd_open(pid)
+        self._err_r = err_r
+        self._chan = Channel(parent)
+        self._closed = False
+        if use_cgroup:  # created while bwrap sets up the namespaces; attached before any fork
+            mem = config.limits.memory_mb * bwrap.MiB if config.limits.memory_mb is not None else None
+            try:
+                self._cgroup = cgroups.Cgroup.create(support, mem, config.limits.pids)
+            except OSError as e:
+                self._teardown()
+                raise SetupError(
+                    f"could not create the sandbox's cgroup: {e}",
+                    hint="run `sandboxlite doctor`, or open the sandbox with cgroups='off'",
+                ) from None
+        try:
+            hello = self._chan.wait(0, time.monotonic() + START_TIMEOUT_S)
+        except (SandboxCrashed, TimeoutError):
+            msg = self._read_stderr(wait=True)
+            self._teardown()
+            raise _diagnose(msg, config) from None
+        parent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
+        if hello.type != "H" or not hello.payload.startswith(b"sandboxlite-executor"):
+            self._teardown()
+            raise SandboxCrashed(f"unexpected greeting from the executor: {hello!r}")
+        self._executor_pid = self._chan.peer_pid
+        cg = self._cgroup
+        if cg is not None:
+            if self._executor_pid is None:
+                self._teardown()
+                raise SandboxCrashed("could not learn the executor's pid to place it in its cgroup")
+            try:
+                cg.attach(self._executor_pid)
+            except OSError as e:
+                self._teardown()
+                raise SetupError(f"could not move the sandbox into its cgroup: {e}") from None
+        self._started_at = time.monotonic()
+
+    def _read_stderr(self, wait: bool = False) -> str:
+        """bwrap's own stderr (only read when something went wrong, or at close)."""
+        out = bytearray()
+        deadline = time.monotonic() + (2.0 if wait else 0.0)
+        os.set_blocking(self._err_r, False)
+        while True:
+            try:
+                chunk = os.read(self._err_r, _READ)
+            except BlockingIOError:
+                if not wait or time.monotonic() > deadline:
+                    break
+                select.select([self._err_r], [], [], max(0.0, deadline - time.monotonic()))
+                continue
+            if not chunk or len(out) > _READ:
+                break
+            out += chunk
+        return out.decode("utf-8", "replace")
+
+    def _teardown(self) -> None:
+        """Kill the jail and free everything; safe to call more than once."""
+        self._closed = True
+        if self._chan is not None:
+            self._chan.close()  # executor sees EOF and exits: the PID namespace dies with it
+        if self._bwrap_status is None:
+            r, _, _ = select.select([self._pidfd], [], [], 2.0)
+            if not r:  # a wedged jail: kill it outright
+                for p in (getattr(self, "_executor_pid", None), self._bwrap_pid):
+                    if p:
+                        try:
+                            os.kill(p, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+            _, self._bwrap_status = os.waitpid(self._bwrap_pid, 0)
+            os.close(self._pidfd)
+            os.close(self._err_r)
+        if self._cgroup is not None:
+            self._cgroup.destroy()
+            self._cgroup = None
+
+    def close(self) -> None:
+        """Kill every process in the sandbox and release it.  Idempotent."""
+        with self._lock:
+            if self._closed and self._chan is None:
+                return
+            for sh in list(self._shells):
+                sh._detach()
+            self._teardown()
+            self._chan = None
+
+    def reset(self) -> None:
+        """Back to pristine: every process killed, /testbed, /tmp and /root emptied."""
+        with self._lock:
+            self.close()
+            self._start()
+            self.generation += 1
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"pid={getattr(self, '_executor_pid', None)}"
+        return f"<Sandbox rootfs={self.config.rootfs!r} {state}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def executor_pid(self) -> int | None:
+        """Host pid of the executor (PID 1 inside the sandbox)."""
+        return None if self._closed else self._executor_pid
+
+    @property
+    def bwrap_pid(self) -> int | None:
+        return None if self._closed else self._bwrap_pid
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What this sandbox is and which protections are active."""
+        lim = self.config.limits
+        root = os.geteuid() == 0
+        cg = self._cgroup
+        return {
+            "rootfs": self.rootfs_plan.name,
+            "rootfs_kind": self.rootfs_plan.kind,
+            "network": self.config.network,
+            "workdir": self.config.workdir,
+            "cgroup": [str(d) for d in cg.dirs] if cg else None,
+            "memory_limit": f"cgroup {lim.memory_mb} MiB" if cg and lim.memory_mb else (
+                f"RLIMIT_AS {lim.memory_mb} MiB" if lim.memory_mb else "none"),
+            "pids_limit": f"cgroup {lim.pids}" if cg and lim.pids else (
+                f"RLIMIT_NPROC {lim.pids}" if lim.pids and not root else "none"),
+            "copy_on_write_root": False,
+            "executor_pid": self.executor_pid,
+            "bwrap_pid": self.bwrap_pid,
+            "generation": self.generation,
+        }
+
+    def _require_open(self) -> Channel:
+        if self._closed or self._chan is None:
+            raise SandboxClosed()
+        if self._chan.closed:
+            raise SandboxCrashed(
+                "the sandbox died (its init process exited)", hint="call reset() to start a fresh one"
+            )
+        return self._chan
+
+    # -- processes ----------------------------------------------------------------
+    def _abs(self, path: str | os.PathLike, field: str = "path") -> str:
+        p = os.fspath(path)
+        if not isinstance(p, str) or not p or "\0" in p:
+            raise ConfigError(field, f"must be a non-empty path without NUL bytes, got {path!r}")
+        return p if p.startswith("/") else os.path.join(self.config.workdir, p)
+
+    def _command_env(self, env: Mapping[str, str] | None) -> list[str]:
+        merged = dict(self._env)
+        if env:
+            for k, v in env.items():
+                check_env_pair(k, v, "env")
+                merged[k] = v
+        return [f"{k}={v}" for k, v in merged.items()]
+
+    def _spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        stdin_pipe: bool,
+    ) -> "_Proc":
+        chan = self._require_open()
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise ConfigError("cmd", f"must be a shell string or a non-empty list of strings, got {argv!r}")
+        payload_env = self._command_env(env)
+        cwd = self._abs(cwd, "cwd") if cwd is not None else self.config.workdir
+        flags = SP_STDOUT | SP_STDERR
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        ours, theirs = [out_r, err_r], [out_w, err_w]
+        in_w = None
+        if stdin_pipe:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+            flags |= SP_STDIN
+            ours.append(in_w)
+            theirs.insert(0, in_r)
+        ident = chan.new_id()
+        try:
+            payload = strings(str(flags), cwd, str(len(argv)), *argv, *payload_env)
+            chan.send("S", ident, payload, theirs)
+        except BaseException:
+            for fd in ours:
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        return _Proc(ident, in_w, out_r, err_r)
+
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | str | None = None,
+    ) -> ExecResult:
+        """Run one command to completion and return what it did.
+
+        ``cmd`` is an argv list (run directly, PATH-searched) or a shell string
+        (run by ``/bin/sh -c``).  The command finishes when its main process
+        exits; processes it started in the background live on (their output
+        is discarded) until ``reset()`` or ``close()``.  On timeout the command
+        and everything it started, daemons included, are killed, and the
+        output so far is returned with ``timed_out=True`` and exit code 124.
+        """
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if timeout is None:
+            timeout = self.config.limits.timeout_s
+        elif not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigError("timeout", f"must be a positive number of seconds, got {timeout!r}")
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        with self._lock:
+            start = time.monotonic()
+            proc = self._spawn(argv, cwd=cwd, env=env, stdin_pipe=data is not None)
+            return self._collect(proc, data, start, start + timeout)
+
+    def _collect(self, proc: "_Proc", data: bytes | None, start: float, deadline: float) -> ExecResult:
+        chan = self._chan
+        assert chan is not None
+        cap = self.config.limits.output_bytes
+        out, err = OutputBuffer(cap), OutputBuffer(cap)
+        bufs = {proc.out_r: out, proc.err_r: err}
+        open_fds = {proc.out_r, proc.err_r}
+        poller = select.poll()
+        poller.register(chan.fileno(), select.POLLIN)
+        for fd in open_fds:
+            poller.register(fd, select.POLLIN)
+        pending = memoryview(data) if data else None
+        if proc.in_w is not None:
+            if pending:
+                os.set_blocking(proc.in_w, False)
+                poller.register(proc.in_w, select.POLLOUT)
+            else:
+                os.close(proc.in_w)
+                proc.in_w = None
+        status: int | None = None
+        spawn_errno: int | None = None
+        killed_at: float | None = None
+        try:
+            while True:
+                f = chan.take(proc.id)
+                while f is not None:
+                    if f.type == "X":
+                        status = int(f.payload)
+                    elif f.type == "E":
+                        spawn_errno = int(f.payload)
+                    f = chan.take(proc.id)
+                if status is not None or spawn_errno is not None:
+                    break
+                now = time.monotonic()
+                if killed_at is None and now >= deadline:
+                    chan.send("K", proc.id, b"all")
+                    killed_at = now
+                if killed_at is not None and now - killed_at > KILL_GRACE_S:
+                    raise SandboxCrashed("a timed-out command could not be killed within 5 s")
+                wait_s = (deadline if killed_at is None else killed_at + KILL_GRACE_S) - now
+                for fd, ev in poller.poll(max(0, int(wait_s * 1000) + 1)):
+                    if fd == chan.fileno():
+                        if not chan.pump():
+                            raise SandboxCrashed(
+                                "the sandbox died during a command", hint="call reset() to start a fresh one"
+                            )
+                    elif fd == proc.in_w:
+                        try:
+                            n = os.write(fd, pending[:_READ])
+                            pending = pending[n:]
+                        except (BrokenPipeError, OSError):
+                            pending = None
+                        if not pending:
+                            poller.unregister(fd)
+                            os.close(fd)
+                            proc.in_w = None
+                    else:
+                        chunk = os.read(fd, _READ)
+                        if chunk:
+                            bufs[fd].feed(chunk)
+                        else:
+                            poller.unregister(fd)
+                            open_fds.discard(fd)
+            # the main process is gone: take what is already in the pipes
+            for fd in list(open_fds):
+                os.set_blocking(fd, False)
+                while True:
+                    try:
+                        chunk = os.read(fd, _READ)
+                    except BlockingIOError:
+                        break
+                    if not chunk:
+                        open_fds.discard(fd)
+                        break
+                    bufs[fd].feed(chunk)
+            if open_fds:  # background processes still hold them: let the executor drain
+                chan.send("D", 0, b"", sorted(open_fds))
+        finally:
+            for fd in (proc.out_r, proc.err_r, proc.in_w):
+                if fd is not None:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+        duration = time.monotonic() - start
+        if spawn_errno is not None:
+            msg = os.strerror(spawn_errno)
+            if spawn_errno == errno.EAGAIN:
+                msg += " (the sandbox's process limit is reached; reset() clears it)"
+            err.feed(f"sandboxlite: cannot start the command: {msg}\n".encode())
+            return ExecResult(126, bytes(out.data), bytes(err.data), duration, truncated=out.truncated or err.truncated)
+        code, sig = decode_status(status)  # type: ignore[arg-type]
+        timed_out = killed_at is not None
+        return ExecResult(
+            exit_code=TIMEOUT_EXIT_CODE if timed_out else code,
+            stdout=bytes(out.data),
+            stderr=bytes(err.data),
+            duration_s=duration,
+            timed_out=timed_out,
+            truncated=out.truncated or err.truncated,
+            signal=sig,
+        )
+
+    def shell(self, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> "Shell":
+        """A persistent bash session: cd, variables and functions persist across commands."""
+        from .shell import Shell
+
+        sh = Shell(self, cwd=cwd, env=env)
+        self._shells.add(sh)
+        return sh
+
+    def _kill(self, ident: int, how: str) -> None:
+        self._require_open().send("K", ident, how.encode())
+
+    # -- files ---------------------------------------------------------------------
+    def _request(self, type_: str, payload: bytes, path: str):
+        chan = self._require_open()
+        ident = chan.new_id()
+        chan.send(type_, ident, payload)
+        try:
+            f = chan.wait(ident, time.monotonic() + 30.0)
+        except TimeoutError:
+            raise SandboxCrashed(f"the executor did not answer a file request for {path}") from None
+        if f.type == "E":
+            raise file_error(int(f.payload), path)
+        return f
+
+    def _open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        f = self._request("O", strings(str(flags), str(mode), path), path)
+        if f.type != "F" or f.fd is None:
+            raise SandboxCrashed(f"the executor answered an open of {path} without a descriptor")
+        return f.fd
+
+    def read_file(self, path: str | os.PathLike, *, max_bytes: int | None = None) -> bytes:
+        """The exact bytes of a file inside the sandbox (relative paths start at workdir)."""
+        p = self._abs(path)
+        with self._lock:
+            fd = self._open(p, os.O_RDONLY | OP_REQ_REG)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # never trust the jail
+                raise file_error(errno.EINVAL, p, "not a regular file")
+            if max_bytes is not None and st.st_size > max_bytes:
+                raise file_error(errno.EFBIG, p, f"file is {st.st_size} bytes, over max_bytes={max_bytes}")
+            chunks = []
+            total = 0
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if max_bytes is not None and total > max_bytes:
+                    raise file_error(errno.EFBIG, p, f"file grew over max_bytes={max_bytes}")
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def write_file(
+        self, path: str | os.PathLike, data: bytes | str, *, mode: int = 0o644, parents: bool = True
+    ) -> None:
+        """Create or replace a file with exactly ``data`` (str is written as UTF-8)."""
+        p = self._abs(path)
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | OP_REQ_REG | (OP_MKPARENTS if parents else 0)
+        with self._lock:
+            fd = self._open(p, flags, mode)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise file_error(errno.EINVAL, p, "not a regular file")
+            view = memoryview(raw)
+            while view:
+                try:
+                    n = os.write(fd, view[: 1 << 20])
+                except OSError as e:
+                    if e.errno == errno.ENOSPC:
+                        raise file_error(e.errno, p, "no space left (the sandbox's tmpfs size limit)") from None
+                    raise file_error(e.errno or errno.EIO, p) from None
+                view = view[n:]
+            if mode & 0o7000 == 0:
+                os.fchmod(fd, mode & 0o777)  # O_CREAT honours mode only for new files
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: str | os.PathLike, *, mode: int = 0o755) -> None:
+        """``mkdir -p`` inside the sandbox."""
+        p = self._abs(path)
+        with self._lock:
+            self._request("M", strings(str(mode & 0o777), p), p)
+
+    def upload(self, host_path: str | os.PathLike, path: str | os.PathLike) -> None:
+        """Copy a host file or directory tree to ``path`` inside the sandbox.
+
+        Directory trees keep their layout, file modes and symlinks (as links).
+        """
+        src = Path(host_path)
+        dst = self._abs(path)
+        if not src.exists() and not src.is_symlink():
+            raise FileNotFoundError(errno.ENOENT, "no such host file or directory", str(src))
+        if not src.is_dir() or src.is_symlink() and not src.is_dir():
+            self.write_file(dst, src.read_bytes(), mode=src.stat().st_mode & 0o777)
+            return
+        with self._lock:
+            self.mkdir(dst)
+            for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+                rel = os.path.relpath(dirpath, src)
+                base = dst if rel == "." else os.path.join(dst, rel)
+                for name in dirnames + filenames:
+                    hp = os.path.join(dirpath, name)
+                    sp = os.path.join(base, name)
+                    st = os.lstat(hp)
+                    if stat.S_ISLNK(st.st_mode):
+                        target = os.readlink(hp)
+                        self._request("Y", strings(target, sp), sp)
+                    elif stat.S_ISDIR(st.st_mode):
+                        self.mkdir(sp, mode=st.st_mode & 0o777)
+                    elif stat.S_ISREG(st.st_mode):
+                        with open(hp, "rb") as fh:
+                            self.write_file(sp, fh.read(), mode=st.st_mode & 0o777)
+                    # sockets, fifos and devices are not copied
+
+    def download(self, path: str | os.PathLike, host_path: str | os.PathLike) -> list[str]:
+        """Copy a file or directory tree out of the sandbox to ``host_path``.
+
+        Symlinks are never followed: a link inside the tree is recreated only
+        when it is relative and stays inside the tree; any other link is left
+        out.  Returns the sandbox paths that were left out (links, fifos,
+        sockets, devices), so nothing is lost silently.
+        """
+        p = self._abs(path)
+        dst = Path(host_path)
+        with self._lock:
+            fd = self._open(p, os.O_RDONLY)
+        skipped: list[str] = []
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                _copy_fd_to_host(fd, dst, st.st_mode)
+            elif stat.S_ISDIR(st.st_mode):
+                _copy_dir_to_host(fd, dst, p, "", skipped)
+            else:
+                raise file_error(errno.EINVAL, p, "not a regular file or directory")
+        finally:
+            os.close(fd)
+        return skipped
+
+
+class _Proc:
+    __slots__ = ("id", "in_w", "out_r", "err_r")
+
+    def __init__(self, ident: int, in_w: int | None, out_r: int, err_r: int) -> None:
+        self.id, self.in_w, self.out_r, self.err_r = ident, in_w, out_r, err_r
+
+
+def _host_open_for_write(dst: Path, mode: int) -> int:
+    if dst.is_symlink():  # never write through a host symlink
+        dst.unlink()
+    return os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o777 or 0o644)
+
+
+def _copy_fd_to_host(fd: int, dst: Path, mode: int) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    out = _host_open_for_write(dst, mode)
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view) :]
+    finally:
+        os.close(out)
+
+
+def _inside(rel_dir: str, target: str) -> bool:
+    """Is a relative symlink target, seen from rel_dir, still inside the tree?"""
+    if target.startswith("/"):
+        return False
+    depth = 0 if not rel_dir else rel_dir.count("/") + 1
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part not in ("", "."):
+            depth += 1
+    return True
+
+
+def _copy_dir_to_host(dfd: int, dst: Path, sandbox_path: str, rel: str, skipped: list[str]) -> None:
+    if dst.is_symlink():
+        dst.unlink()
+    dst.mkdir(parents=True, exist_ok=True)
+    for entry in os.scandir(dfd):
+        name = entry.name
+        spath = f"{sandbox_path.rstrip('/')}/{name}"
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        target_path = dst / name
+        if stat.S_ISLNK(st.st_mode):
+            link = os.readlink(name, dir_fd=dfd)
+            if _inside(rel, link):
+                if target_path.is_symlink() or target_path.is_file():
+                    target_path.unlink()
+                os.symlink(link, target_path)
+            else:
+                skipped.append(spath)
+        elif stat.S_ISREG(st.st_mode):
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError:  # swapped for a symlink or a fifo under us
+                skipped.append(spath)
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    skipped.append(spath)
+                    continue
+                os.set_blocking(fd, True)
+                _copy_fd_to_host(fd, target_path, st.st_mode)
+            finally:
+                os.close(fd)
+        elif stat.S_ISDIR(st.st_mode):
+            try:
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError:
+                skipped.append(spath)
+                continue
+            try:
+                _copy_dir_to_host(sub, target_path, spath, f"{rel}/{name}" if rel else name, skipped)
+            finally:
+                os.close(sub)
+        else:
+            skipped.append(spath)

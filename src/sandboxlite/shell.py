@@ -1,0 +1,310 @@
+"""A persistent bash session inside a sandbox (what the agent's ``execute_bash`` uses).
+
+One bash process reads commands from a pipe, NUL-separated, and ``eval``s each
+in its own context, so ``cd``, exported and plain variables, functions and
+aliases persist.  After each command it prints a marker with a random nonce,
+the exit code and ``$PWD`` on stdout (and the marker on stderr), which is how we
+know the command is done.  Each command gets its own timeout: on expiry every
+process below bash (double-forked daemons included: bash's supervisor is a
+subreaper) that the command started is killed, bash survives and reports exit
+code 124.  Background jobs of earlier commands are spared.  If the command
+was a shell builtin that never returns (``while :; do :; done``), bash itself
+is killed and a new session starts in the same directory (``note`` says so).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from .errors import ConfigError, SandboxClosed, SandboxCrashed
+from .result import TIMEOUT_EXIT_CODE, ExecResult, OutputBuffer, decode_status
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox, _Proc
+
+BOOT = r"""
+__sl_m=$1
+shopt -s expand_aliases
+while IFS= read -r -d '' __sl_c; do
+  eval "$__sl_c" </dev/null
+  __sl_rc=$?
+  printf '%s%d %s\0' "$__sl_m" "$__sl_rc" "$PWD"
+  printf '%s' "$__sl_m" >&2
+done
+"""
+
+STUCK_GRACE_S = 1.0
+_CLK_TCK = os.sysconf("SC_CLK_TCK")  # after killing a command's children, how long bash has to come back
+
+
+class _MarkerStream:
+    """Splits one stream at the marker; keeps at most ``cap`` bytes of output."""
+
+    def __init__(self, marker: bytes, cap: int, trailer: bool, carry: bytes = b"") -> None:
+        self.marker = marker
+        self.out = OutputBuffer(cap)
+        self.window = bytearray()
+        self.want_trailer = trailer
+        self.found = False
+        self.done = False
+        self.trailer = bytearray()
+        self.rest = bytearray()
+        if carry:
+            self.feed(carry)
+
+    def feed(self, data: bytes) -> None:
+        if self.done:
+            self.rest += data
+            return
+        if self.found:  # collecting "RC PWD\0"
+            self._trail(data)
+            return
+        self.window += data
+        i = self.window.find(self.marker)
+        if i < 0:
+            keep = len(self.marker) - 1
+            if len(self.window) > keep:
+                self.out.feed(bytes(self.window[:-keep]))
+                del self.window[:-keep]
+            return
+        self.out.feed(bytes(self.window[:i]))
+        after = bytes(self.window[i + len(self.marker) :])
+        self.window.clear()
+        self.found = True
+        if self.want_trailer:
+            self._trail(after)
+        else:
+            self.done = True
+            self.rest += after
+
+    def _trail(self, data: bytes) -> None:
+        j = data.find(b"\0")
+        if j < 0:
+            self.trailer += data
+            if len(self.trailer) > 1 << 16:  # a PWD cannot be this long
+                self.done = True
+            return
+        self.trailer += data[:j]
+        self.rest += data[j + 1 :]
+        self.done = True
+
+    def flush(self) -> None:
+        """The stream ended without a marker: everything seen is output."""
+        if not self.found:
+            self.out.feed(bytes(self.window))
+            self.window.clear()
+
+
+class Shell:
+    """A bash session that lives across commands.  Get one with ``Sandbox.shell()``."""
+
+    def __init__(self, sandbox: "Sandbox", *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> None:
+        self._sb = sandbox
+        self._env = dict(env or {})
+        self._cwd = cwd or sandbox.config.workdir
+        self._proc: _Proc | None = None
+        self._generation = sandbox.generation
+        self._carry_out = b""
+        self._carry_err = b""
+        self.restarts = 0
+        self._start()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def _start(self) -> None:
+        self._marker = f"\x1e__SANDBOXLITE_{secrets.token_hex(8)}__".encode()
+        with self._sb._lock:
+            self._proc = self._sb._spawn(
+                ["/bin/bash", "--noprofile", "--norc", "-c", BOOT, "sandboxlite-shell", self._marker.decode()],
+                cwd=self._cwd,
+                env=self._env,
+                stdin_pipe=True,
+            )
+        for fd in (self._proc.out_r, self._proc.err_r, self._proc.in_w):
+            os.set_blocking(fd, False)
+        self._carry_out = self._carry_err = b""
+
+    def _close_fds(self) -> None:
+        if self._proc is None:
+            return
+        for fd in (self._proc.out_r, self._proc.err_r, self._proc.in_w):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._proc = None
+
+    def _detach(self) -> None:
+        """The sandbox is closing or resetting: forget our process."""
+        self._close_fds()
+
+    def close(self) -> None:
+        """End the session (kills bash and everything it started)."""
+        with self._sb._lock:
+            if self._proc is not None and not self._sb.closed and self._sb.generation == self._generation:
+                ident = self._proc.id
+                self._sb._kill(ident, "all")
+                self._close_fds()
+                chan = self._sb._chan
+                if chan is not None:
+                    try:
+                        chan.wait(ident, time.monotonic() + 5.0)
+                    except (TimeoutError, SandboxCrashed):
+                        pass
+                    chan.discard(ident)
+            self._close_fds()
+
+    def __enter__(self) -> "Shell":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def cwd(self) -> str:
+        """The session's working directory after the last command."""
+        return self._cwd
+
+    # -- commands ----------------------------------------------------------------------
+    def run(self, command: str, *, timeout: float | None = None) -> ExecResult:
+        """Run one command in the session and return its output and exit code."""
+        if not isinstance(command, str):
+            raise ConfigError("command", f"must be a string, got {type(command).__name__}")
+        if "\0" in command:
+            raise ConfigError("command", "must not contain NUL bytes")
+        if timeout is None:
+            timeout = self._sb.config.limits.timeout_s
+        elif not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigError("timeout", f"must be a positive number of seconds, got {timeout!r}")
+        with self._sb._lock:
+            if self._sb.closed:
+                raise SandboxClosed()
+            if self._sb.generation != self._generation:
+                raise SandboxClosed("this shell belonged to the sandbox before reset()", hint="open a new sandbox.shell()")
+            if self._proc is None:
+                raise SandboxClosed("this shell is closed", hint="open a new one with sandbox.shell()")
+            return self._run(command.encode("utf-8", "surrogateescape") + b"\0", timeout)
+
+    def _run(self, payload: bytes, timeout: float) -> ExecResult:
+        sb = self._sb
+        chan = sb._chan
+        assert chan is not None and self._proc is not None
+        proc = self._proc
+        cap = sb.config.limits.output_bytes
+        out = _MarkerStream(self._marker, cap, True, self._carry_out)
+        err = _MarkerStream(self._marker, cap, False, self._carry_err)
+        streams = {proc.out_r: out, proc.err_r: err}
+        open_fds = {proc.out_r, proc.err_r}
+        pending = memoryview(payload)
+        # processes started from now on belong to this command (clock ticks since boot,
+        # the unit of /proc/PID/stat's starttime); older background jobs are spared
+        start_ticks = int(time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK)
+        start = time.monotonic()
+        deadline = start + timeout
+        killed_desc_at: float | None = None
+        killed_all = False
+        status: int | None = None
+        poller = select.poll()
+        poller.register(chan.fileno(), select.POLLIN)
+        for fd in open_fds:
+            poller.register(fd, select.POLLIN)
+        poller.register(proc.in_w, select.POLLOUT)
+        while not (out.done and err.done):
+            f = chan.take(proc.id)
+            if f is not None and f.type == "X":
+                status = int(f.payload)
+                break
+            now = time.monotonic()
+            if now >= deadline and killed_desc_at is None:
+                sb._kill(proc.id, f"desc {start_ticks}")
+                killed_desc_at = now
+            elif killed_desc_at is not None and not killed_all and now - killed_desc_at > STUCK_GRACE_S:
+                sb._kill(proc.id, "all")  # bash itself is stuck in a builtin
+                killed_all = True
+            elif killed_all and now - killed_desc_at > STUCK_GRACE_S + 5.0:  # type: ignore[operator]
+                raise SandboxCrashed("a timed-out shell could not be killed within 5 s")
+            if killed_desc_at is None:
+                wait_s = deadline - now
+            else:
+                wait_s = 0.05
+            for fd, ev in poller.poll(max(0, int(wait_s * 1000) + 1)):
+                if fd == chan.fileno():
+                    if not chan.pump():
+                        raise SandboxCrashed("the sandbox died during a shell command", hint="call reset()")
+                elif fd == proc.in_w:
+                    try:
+                        n = os.write(fd, pending[: 1 << 16])
+                        pending = pending[n:]
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        pending = pending[:0]
+                    if not pending:
+                        poller.unregister(fd)
+                else:
+                    try:
+                        chunk = os.read(fd, 1 << 16)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        streams[fd].feed(chunk)
+                    else:
+                        poller.unregister(fd)
+                        open_fds.discard(fd)
+                        if not open_fds and status is None:
+                            # bash closed both streams: it is exiting, its status follows
+                            status = int(chan.wait(proc.id, time.monotonic() + 5.0).payload)
+                            break
+            if status is not None:
+                break
+        duration = time.monotonic() - start
+        timed_out = killed_desc_at is not None
+        if status is None:
+            self._carry_out, self._carry_err = bytes(out.rest), bytes(err.rest)
+            code = int(out.trailer.split(b" ", 1)[0] or b"0") if out.trailer else 0
+            pwd = out.trailer.split(b" ", 1)[1] if b" " in out.trailer else b""
+            if pwd:
+                self._cwd = pwd.decode("utf-8", "surrogateescape")
+            return ExecResult(
+                exit_code=TIMEOUT_EXIT_CODE if timed_out else code,
+                stdout=bytes(out.out.data),
+                stderr=bytes(err.out.data),
+                duration_s=duration,
+                timed_out=timed_out,
+                truncated=out.out.truncated or err.out.truncated,
+                signal=9 if timed_out else None,
+            )
+        # bash is gone (exit, set -e, or killed because it was stuck): drain and restart
+        for fd in list(open_fds):
+            try:
+                while chunk := os.read(fd, 1 << 16):
+                    streams[fd].feed(chunk)
+            except BlockingIOError:
+                pass
+        out.flush()
+        err.flush()
+        code, sig = decode_status(status)
+        chan.discard(proc.id)
+        self._close_fds()
+        self._start()
+        self.restarts += 1
+        why = "was killed after the timeout" if timed_out else f"exited with status {code}"
+        note = (
+            f"the shell session {why}; a new session was started in {self._cwd} "
+            "(shell variables, functions and background jobs of the old one are gone)"
+        )
+        return ExecResult(
+            exit_code=TIMEOUT_EXIT_CODE if timed_out else code,
+            stdout=bytes(out.out.data),
+            stderr=bytes(err.out.data),
+            duration_s=duration,
+            timed_out=timed_out,
+            truncated=out.out.truncated or err.out.truncated,
+            signal=sig,
+            note=note,
+        )

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up sandboxlite on a fresh Debian/Ubuntu box: system packages, then a
+# virtualenv in .venv with the package (and its dev tools) installed.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+# bubblewrap: the jail; libseccomp2: the syscall filter; gcc + libc6-dev: the
+# executor (a small static C program built once); python3-venv: the virtualenv.
+PKGS=(bubblewrap libseccomp2 gcc libc6-dev python3-venv)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+PYTHON="${PYTHON:-python3}"
+"$PYTHON" -c 'import sys; assert sys.version_info >= (3, 10), "sandboxlite needs Python >= 3.10"'
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[dev]'
+.venv/bin/sandboxlite doctor || true
