@@ -55,6 +55,11 @@ def find_bwrap() -> BwrapInfo:
             "bubblewrap (bwrap) is not installed",
             hint="apt-get install bubblewrap   (Fedora: dnf install bubblewrap)",
         )
+    if not os.access(path, os.X_OK):
+        raise SetupError(
+            f"bwrap at {path} is missing or not executable",
+            hint="apt-get install bubblewrap, or point SANDBOXLITE_BWRAP at a working bwrap",
+        )
     out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
     m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
     version = tuple(int(x) for x in m.groups(default="0")) if m else (0, 0, 0)

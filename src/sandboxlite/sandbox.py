@@ -50,6 +50,8 @@ from .result import TIMEOUT_EXIT_CODE, ExecResult, OutputBuffer, decode_status
 START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
 KILL_GRACE_S = 5.0  # after a kill request, the tree must be gone within this
 _READ = 1 << 16
+# Python ignores SIGPIPE and SIGXFSZ; ignored dispositions survive exec, so reset them for bwrap
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _executor_fd_lock = threading.Lock()
 _executor_fd: int | None = None
@@ -166,7 +168,9 @@ class Sandbox:
                 (os.POSIX_SPAWN_DUP2, fds.seccomp, fds.seccomp),
             ]
             try:
-                pid = os.posix_spawn(info.path, argv, {}, file_actions=actions, setsid=True)
+                pid = os.posix_spawn(
+                    info.path, argv, {}, file_actions=actions, setsid=True, setsigdef=_DEFAULT_SIGNALS
+                )
             except OSError as e:
                 raise SetupError(f"could not run {info.path}: {e}", hint="apt-get install bubblewrap") from None
         except BaseException:
@@ -612,7 +616,7 @@ class Sandbox:
         dst = self._abs(path)
         if not src.exists() and not src.is_symlink():
             raise FileNotFoundError(errno.ENOENT, "no such host file or directory", str(src))
-        if not src.is_dir() or src.is_symlink() and not src.is_dir():
+        if not src.is_dir():  # a file (a top-level host symlink is the caller's choice: followed)
             self.write_file(dst, src.read_bytes(), mode=src.stat().st_mode & 0o777)
             return
         with self._lock:

@@ -678,6 +678,9 @@ static void apply_rlimit(const char *spec) {
 }
 
 int main(int argc, char **argv) {
+  /* dispositions survive execve: whatever the host ignored (Python ignores
+   * SIGPIPE) must not leak into the sandbox's commands */
+  for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
   prctl(PR_SET_DUMPABLE, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   for (int i = 1; i < argc; i++) {

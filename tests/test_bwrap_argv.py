@@ -1,0 +1,106 @@
+"""The bwrap argv is a pure function of the config: tested without bwrap."""
+
+import pytest
+
+from sandboxlite import SandboxConfig
+from sandboxlite.bwrap import BwrapInfo, JailFds, build_argv, rlimit_args
+from sandboxlite.rootfs import RootfsPlan
+
+INFO = BwrapInfo(path="/usr/bin/bwrap", version=(0, 8, 0), disable_userns=True, tmpfs_size=True)
+FDS = JailFds(ctrl=7, executor=8, seccomp=9)
+PLAN = RootfsPlan(
+    name="test",
+    kind="dir",
+    path="/img",
+    binds=(("/img/usr", "/usr"), ("/img/etc", "/etc")),
+    symlinks=(("usr/bin", "/bin"),),
+)
+
+
+def argv(**kw):
+    config = SandboxConfig(**kw)
+    return build_argv(config, PLAN, FDS, INFO, rlimit_args(config, memory_by_cgroup=False, nproc_enforced=True))
+
+
+def pairs(a, flag):
+    return [a[i + 1] for i, x in enumerate(a) if x == flag]
+
+
+def test_all_namespaces_and_privileges_dropped():
+    a = argv()
+    for flag in ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                 "--unshare-cgroup", "--disable-userns", "--new-session", "--as-pid-1", "--clearenv"):
+        assert flag in a, flag
+    assert pairs(a, "--cap-drop") == ["ALL"]
+    assert pairs(a, "--seccomp") == ["9"]
+    assert "--share-net" not in a
+    assert "--die-with-parent" not in a  # the executor dies on control-socket EOF instead (thread-safe)
+
+
+def test_network_host_keeps_the_net_namespace():
+    a = argv(network="host")
+    assert "--unshare-net" not in a
+    assert "--unshare-user" in a and "--unshare-pid" in a
+
+
+def test_rootfs_read_only_and_jail_mounts():
+    a = argv()
+    assert ["--ro-bind", "/img/usr", "/usr"] == a[a.index("/img/usr") - 1 : a.index("/img/usr") + 2]
+    assert pairs(a, "--symlink") == ["usr/bin"]
+    assert pairs(a, "--tmpfs") == ["/dev/shm", "/tmp", "/root", "/testbed"]
+    assert pairs(a, "--proc") == ["/proc"] and pairs(a, "--dev") == ["/dev"]
+    # the root is remounted read-only after everything is in place, right before the command
+    i = a.index("--remount-ro")
+    assert a[i + 1] == "/" and a[i + 2] == "/proc/self/fd/8"
+    assert "--bind" not in a  # nothing writable from the host by default
+
+
+def test_tmpfs_sizes_follow_limits():
+    a = argv(limits={"tmp_mb": 5, "testbed_mb": 7})
+    sizes = dict(zip(pairs(a, "--tmpfs"), pairs(a, "--size")))
+    assert sizes["/tmp"] == str(5 << 20)
+    assert sizes["/testbed"] == str(7 << 20)
+
+
+def test_caller_mounts_in_depth_order(tmp_path):
+    a = argv(mounts=[f"{tmp_path}:/testbed/in/deep:ro", f"{tmp_path}:/testbed/out:rw", f"{tmp_path}:/data"])
+    binds = [(a[i], a[i + 2]) for i, x in enumerate(a) if x in ("--bind", "--ro-bind") and a[i + 1] == str(tmp_path)]
+    assert binds == [("--ro-bind", "/data"), ("--bind", "/testbed/out"), ("--ro-bind", "/testbed/in/deep")]
+
+
+def test_testbed_mount_replaces_tmpfs(tmp_path):
+    a = argv(mounts=[f"{tmp_path}:/testbed:rw"])
+    assert "/testbed" not in pairs(a, "--tmpfs")
+
+
+@pytest.mark.parametrize("workdir, expect", [("/work", "--tmpfs"), ("/tmp/w", "--dir"), ("/testbed/sub", "--dir")])
+def test_workdir_is_writable(workdir, expect):
+    a = argv(workdir=workdir)
+    i = len(a) - 1 - a[::-1].index(workdir)
+    assert a[i - 1] == expect
+
+
+def test_executor_gets_descriptors_and_rlimits():
+    a = argv(limits={"cpu_s": 9, "fsize_mb": 1, "pids": 50, "nofile": 64, "memory_mb": 100})
+    tail = a[a.index("/proc/self/fd/8") :]
+    assert tail[1:3] == ["ctrl=7", "exe=8"]
+    assert set(tail[3:]) == {"cpu=9", f"as={100 << 20}", f"fsize={1 << 20}", "nproc=50", "nofile=64", "core=0"}
+
+
+def test_rlimits_defer_to_cgroups_and_lift_with_none():
+    c = SandboxConfig(limits={"memory_mb": 100, "cpu_s": None, "fsize_mb": None})
+    r = rlimit_args(c, memory_by_cgroup=True, nproc_enforced=False)
+    assert not any(x.startswith(("as=", "nproc=")) for x in r)
+    assert "cpu=inf" in r and "fsize=inf" in r
+
+
+def test_old_bwrap_without_features():
+    info = BwrapInfo(path="/b", version=(0, 8, 0), disable_userns=False, tmpfs_size=False)
+    config = SandboxConfig()
+    a = build_argv(config, PLAN, FDS, info, [])
+    assert "--disable-userns" not in a and "--size" not in a
+
+
+def test_argv_is_a_list_of_strings():
+    assert all(isinstance(x, str) for x in argv(env={"A": "b c; rm -rf /"}))
+    assert not any("rm -rf" in x for x in argv(env={"A": "rm -rf"}))  # env goes over the socket, not argv

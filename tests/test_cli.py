@@ -1,0 +1,60 @@
+"""The CLI parses, runs and maps errors to exit codes (click's CliRunner, real sandboxes)."""
+
+from click.testing import CliRunner
+
+from sandboxlite.cli import EXIT_SANDBOX, EXIT_USAGE, main
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(main, list(args), input=input)
+
+
+def test_exec_passes_exit_code_and_output():
+    r = run("exec", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert r.exit_code == 7
+    assert r.stdout == "out\n" and "err\n" in r.stderr
+
+
+def test_exec_stdin_env_and_mount(tmp_path):
+    (tmp_path / "f.txt").write_text("from host")
+    r = run("exec", "--mount", f"{tmp_path}:/in:ro", "--env", "A=1", "--", "sh", "-c", "cat /in/f.txt; echo $A; cat",
+            input="piped")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == "from host1\npiped"
+
+
+def test_exec_timeout_is_124():
+    r = run("exec", "--timeout", "0.3", "--", "sleep", "10")
+    assert r.exit_code == 124 and "timed out" in r.stderr
+
+
+def test_exec_not_found_is_127():
+    assert run("exec", "--", "no-such-program").exit_code == 127
+
+
+def test_bad_config_is_usage_error(tmp_path):
+    r = run("exec", "--mount", "/definitely/not/here:/x", "--", "true")
+    assert r.exit_code == EXIT_USAGE and "does not exist" in r.stderr
+    r = run("exec", "--env", "NOEQUALS", "--", "true")
+    assert r.exit_code == EXIT_USAGE and "KEY=VALUE" in r.stderr
+
+
+def test_setup_failure_is_125_with_hint(monkeypatch):
+    from sandboxlite import bwrap
+
+    bwrap.find_bwrap.cache_clear()
+    monkeypatch.setenv("SANDBOXLITE_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    try:
+        r = run("exec", "--", "true")
+    finally:
+        bwrap.find_bwrap.cache_clear()
+    assert r.exit_code == EXIT_SANDBOX
+    assert "Hint:" in r.stderr
+
+
+def test_doctor_reports_each_check():
+    r = run("doctor")
+    assert r.exit_code == 0, r.output
+    for name in ("bubblewrap", "user namespaces", "seccomp", "cgroups", "executor", "rootfs", "sandbox"):
+        assert f"] {name}:" in r.stdout

@@ -1,0 +1,150 @@
+"""A sandbox is a living jail: state persists between execs; timeouts, reset and close kill everything."""
+
+import gc
+import os
+import time
+
+import psutil
+import pytest
+
+from sandboxlite import ExecResult, Sandbox, SandboxClosed, SandboxCrashed, CommandFailed, CommandTimeout
+
+from .conftest import alive, tree
+
+
+def test_exec_shell_string_and_argv(sb):
+    r = sb.exec("echo out; echo err >&2; exit 3")
+    assert (r.exit_code, r.stdout, r.stderr) == (3, b"out\n", b"err\n")
+    assert not r.timed_out and not r.truncated and not r.ok
+    r = sb.exec(["printf", "%s|", "a b", "$HOME", "*"])
+    assert r.stdout == b"a b|$HOME|*|"  # argv lists are never parsed by a shell
+
+
+def test_exec_cwd_env_stdin(sb):
+    assert sb.exec("pwd").stdout == b"/testbed\n"
+    assert sb.exec("pwd", cwd="/tmp").stdout == b"/tmp\n"
+    assert sb.exec('echo "$FOO $HOME"', env={"FOO": "bar"}).stdout == b"bar /root\n"
+    assert sb.exec("cat", stdin=b"\x00\x01line\n").stdout == b"\x00\x01line\n"
+    big = os.urandom(3 << 20)
+    r = sb.exec(["sha256sum"], stdin=big)
+    import hashlib
+
+    assert r.stdout.split()[0].decode() == hashlib.sha256(big).hexdigest()
+
+
+def test_exit_codes_are_data(sb):
+    assert sb.exec(["nosuchcommand"]).exit_code == 127
+    assert b"not found" in sb.exec(["nosuchcommand"]).stderr
+    r = sb.exec("kill -TERM $$")
+    assert (r.exit_code, r.signal) == (128 + 15, 15)
+    assert sb.exec("true").check().ok
+    with pytest.raises(CommandFailed):
+        sb.exec("false").check()
+
+
+def test_files_and_background_processes_persist(sb):
+    sb.exec("echo 1 > /testbed/state; sleep 1000 >/dev/null 2>&1 &")
+    time.sleep(0.05)
+    assert sb.exec("cat /testbed/state").stdout == b"1\n"
+    assert b"sleep 1000" in sb.exec("ps -eo args").stdout
+
+
+def test_background_output_does_not_block_or_leak(sb):
+    # the background job keeps the pipes open; exec still returns when the main process exits
+    t = time.monotonic()
+    r = sb.exec("(while :; do echo tick; sleep 0.01; done) & echo started")
+    assert time.monotonic() - t < 2
+    assert r.stdout.startswith(b"started\n")
+    time.sleep(0.1)
+    r2 = sb.exec("echo next")
+    assert r2.stdout == b"next\n"  # nothing of the background job's output leaks in
+    assert b"sh -c" in sb.exec("ps -eo args").stdout  # and it was not killed by SIGPIPE
+
+
+def test_timeout_kills_tree_and_daemons(sb):
+    t = time.monotonic()
+    r = sb.exec("echo partial; sleep 1000 & (setsid sleep 999 &); sleep 2000", timeout=0.5)
+    assert time.monotonic() - t < 3
+    assert r.timed_out and r.exit_code == 124 and r.stdout == b"partial\n"
+    with pytest.raises(CommandTimeout):
+        r.check()
+    ps = sb.exec("ps -eo args").stdout
+    assert b"sleep 1000" not in ps and b"sleep 999" not in ps and b"sleep 2000" not in ps
+    # host view: only the executor remains in the jail
+    assert len(tree(sb.executor_pid)) == 1
+
+
+def test_timeout_spares_earlier_background_jobs(sb):
+    sb.exec("sleep 500 >/dev/null 2>&1 &")
+    time.sleep(0.05)
+    sb.exec("sleep 100", timeout=0.3)
+    assert b"sleep 500" in sb.exec("ps -eo args").stdout
+
+
+def test_close_kills_everything_and_is_idempotent():
+    sb = Sandbox()
+    sb.exec("sleep 1000 & (setsid sleep 999 &) ; true")
+    time.sleep(0.05)
+    pids = tree(sb.bwrap_pid)
+    assert len(pids) >= 4  # bwrap, executor, two sleeps
+    sb.close()
+    sb.close()
+    assert not any(alive(p) for p in pids)
+    with pytest.raises(SandboxClosed):
+        sb.exec("true")
+    with pytest.raises(SandboxClosed):
+        sb.read_file("/etc/hostname")
+
+
+def test_reset_restores_pristine_state(sb):
+    sb.write_file("/testbed/x", b"1")
+    sb.exec("echo y > /tmp/y; echo z > /root/z; sleep 1000 &")
+    old = tree(sb.bwrap_pid)
+    sb.reset()
+    assert not any(alive(p) for p in old)
+    r = sb.exec("ls -A /testbed /tmp /root; ps -eo comm | grep -cx sleep || true")
+    assert r.stdout == b"/root:\n\n/testbed:\n\n/tmp:\n0\n"
+    assert sb.generation == 1
+
+
+def test_context_manager_and_del():
+    with Sandbox() as sb:
+        pid = sb.bwrap_pid
+    assert not alive(pid)
+    sb = Sandbox()
+    pid = sb.bwrap_pid
+    del sb
+    gc.collect()
+    assert not alive(pid)
+
+
+def test_crash_is_detected_and_reset_recovers():
+    with Sandbox() as sb:
+        os.kill(sb.executor_pid, 9)
+        time.sleep(0.05)
+        with pytest.raises(SandboxCrashed):
+            sb.exec("true")
+        sb.reset()
+        assert sb.exec("echo back").stdout == b"back\n"
+
+
+def test_many_cycles_leave_nothing_behind():
+    me = psutil.Process()
+    base_fds = me.num_fds()
+    base_children = len(me.children(recursive=True))
+    tmp_before = set(os.listdir("/tmp"))
+    for _ in range(500):
+        with Sandbox() as sb:
+            sb.exec(["true"])
+    assert len(me.children(recursive=True)) == base_children
+    assert me.num_fds() <= base_fds + 2  # +2: the cached executor fd and seccomp build, opened once
+    assert set(os.listdir("/tmp")) - tmp_before == set()
+    cg = [d for d in ("/sys/fs/cgroup/pids/sandboxlite",) if os.path.isdir(d)]
+    for d in cg:
+        assert [x for x in os.listdir(d) if x.startswith(f"{os.getpid()}-") and os.path.isdir(os.path.join(d, x))] == []
+
+
+def test_result_type(sb):
+    r = sb.exec("echo hi")
+    assert isinstance(r, ExecResult)
+    assert r.stdout_text == "hi\n" and r.duration_s > 0
