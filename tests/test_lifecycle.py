@@ -2,11 +2,13 @@
 
 import gc
 import os
+import tempfile
 import time
 
 import psutil
 import pytest
 
+from sandboxlite import paths
 from sandboxlite import ExecResult, Sandbox, SandboxClosed, SandboxCrashed, CommandFailed, CommandTimeout
 
 from .conftest import alive, tree
@@ -132,13 +134,20 @@ def test_many_cycles_leave_nothing_behind():
     me = psutil.Process()
     base_fds = me.num_fds()
     base_children = len(me.children(recursive=True))
-    tmp_before = set(os.listdir("/tmp"))
+    def temp_entries():
+        # our own kind of temporary entries (other processes may use /tmp meanwhile)
+        names = os.listdir(tempfile.gettempdir())
+        cache = paths.home()
+        names += [f"cache:{p}" for p in cache.rglob("*")] if cache.exists() else []
+        return {n for n in names if "sandboxlite" in n or n.startswith(("tmp", "cache:"))}
+
+    tmp_before = temp_entries()
     for _ in range(500):
         with Sandbox() as sb:
             sb.exec(["true"])
     assert len(me.children(recursive=True)) == base_children
     assert me.num_fds() <= base_fds + 2  # +2: the cached executor fd and seccomp build, opened once
-    assert set(os.listdir("/tmp")) - tmp_before == set()
+    assert temp_entries() - tmp_before == set()
     cg = [d for d in ("/sys/fs/cgroup/pids/sandboxlite",) if os.path.isdir(d)]
     for d in cg:
         assert [x for x in os.listdir(d) if x.startswith(f"{os.getpid()}-") and os.path.isdir(os.path.join(d, x))] == []
@@ -148,3 +157,53 @@ def test_result_type(sb):
     r = sb.exec("echo hi")
     assert isinstance(r, ExecResult)
     assert r.stdout_text == "hi\n" and r.duration_s > 0
+
+
+def test_kill_9_of_the_caller_leaves_no_jail_process():
+    import subprocess
+    import sys
+
+    script = (
+        "import time; from sandboxlite import Sandbox; sb = Sandbox(); "
+        "sb.exec('sleep 1000 >/dev/null 2>&1 & (setsid sleep 999 >/dev/null 2>&1 &); true'); "
+        "print(sb.bwrap_pid, flush=True); time.sleep(1000)"
+    )
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    bwrap_pid = int(p.stdout.readline())
+    time.sleep(0.05)
+    pids = tree(bwrap_pid)
+    assert len(pids) >= 4, pids  # bwrap, executor, two sleeps
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 5
+    while any(alive(x) for x in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(alive(x) for x in pids)
+
+
+def test_sandbox_outlives_the_thread_that_opened_it():
+    import threading
+
+    box = []
+    t = threading.Thread(target=lambda: box.append(Sandbox()))
+    t.start()
+    t.join()
+    time.sleep(0.1)
+    with box[0] as sb:
+        assert sb.exec("echo ok").stdout == b"ok\n"
+
+
+def test_threads_share_one_sandbox_and_many_sandboxes_run_in_parallel():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Sandbox() as sb, ThreadPoolExecutor(8) as ex:
+        out = list(ex.map(lambda i: sb.exec(f"echo {i}").stdout, range(64)))
+        assert out == [f"{i}\n".encode() for i in range(64)]
+
+    def cycle(i):
+        with Sandbox() as s:
+            s.write_file("/testbed/i", str(i))
+            return s.exec("cat /testbed/i").stdout
+
+    with ThreadPoolExecutor(8) as ex:
+        assert list(ex.map(cycle, range(32))) == [str(i).encode() for i in range(32)]

@@ -528,6 +528,14 @@ class Sandbox:
         self._shells.add(sh)
         return sh
 
+    def _last_pid(self) -> int:
+        """The last pid handed out in the sandbox's PID namespace."""
+        chan = self._require_open()
+        ident = chan.new_id()
+        chan.send("L", ident)
+        f = chan.wait(ident, time.monotonic() + 30.0)
+        return int(f.payload or 0) if f.type == "R" else 0
+
     def _kill(self, ident: int, how: str) -> None:
         self._require_open().send("K", ident, how.encode())
 

@@ -38,8 +38,7 @@ while IFS= read -r -d '' __sl_c; do
 done
 """
 
-STUCK_GRACE_S = 1.0
-_CLK_TCK = os.sysconf("SC_CLK_TCK")  # after killing a command's children, how long bash has to come back
+STUCK_GRACE_S = 1.0  # after killing a command's children, how long bash has to come back
 
 
 class _MarkerStream:
@@ -201,9 +200,9 @@ class Shell:
         streams = {proc.out_r: out, proc.err_r: err}
         open_fds = {proc.out_r, proc.err_r}
         pending = memoryview(payload)
-        # processes started from now on belong to this command (clock ticks since boot,
-        # the unit of /proc/PID/stat's starttime); older background jobs are spared
-        start_ticks = int(time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK)
+        # processes with a higher pid than this belong to this command; on timeout
+        # they are killed and older background jobs are spared
+        floor = sb._last_pid()
         start = time.monotonic()
         deadline = start + timeout
         killed_desc_at: float | None = None
@@ -221,7 +220,7 @@ class Shell:
                 break
             now = time.monotonic()
             if now >= deadline and killed_desc_at is None:
-                sb._kill(proc.id, f"desc {start_ticks}")
+                sb._kill(proc.id, f"desc {floor}")
                 killed_desc_at = now
             elif killed_desc_at is not None and not killed_all and now - killed_desc_at > STUCK_GRACE_S:
                 sb._kill(proc.id, "all")  # bash itself is stuck in a builtin

@@ -27,7 +27,7 @@
  * (host byte order: host and jail share the machine).
  *
  * Requests: 'S' spawn, 'K' kill, 'O' open, 'M' mkdir, 'Y' symlink, 'D' sink,
- *           'Q' quit.
+ *           'L' last pid of the namespace, 'Q' quit.
  * Replies and events: 'H' hello, 'E' error (errno), 'F' fd,
  *           'R' ok, 'X' exit status of a spawned command.
  */
@@ -167,8 +167,8 @@ static void send_errno(uint32_t id, int err) {
 
 /* ---- supervisor: kill a process tree ------------------------------------ */
 
-/* Parent pid and start time (clock ticks since boot) from /proc/pid/stat. */
-static int read_stat(pid_t pid, pid_t *ppid, unsigned long long *start) {
+/* Parent pid from /proc/pid/stat. */
+static int read_stat(pid_t pid, pid_t *ppid) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -181,10 +181,8 @@ static int read_stat(pid_t pid, pid_t *ppid, unsigned long long *start) {
   if (!p) return -1;
   int pp;
   char state;
-  /* fields after comm: 3 state, 4 ppid, 5..21, 22 starttime */
-  if (sscanf(p + 1, " %c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &state,
-             &pp, start) != 3)
-    return -1;
+  /* fields after comm: 3 state, 4 ppid */
+  if (sscanf(p + 1, " %c %d", &state, &pp) != 2) return -1;
   *ppid = (pid_t)pp;
   return 0;
 }
@@ -192,11 +190,11 @@ static int read_stat(pid_t pid, pid_t *ppid, unsigned long long *start) {
 #define MAX_SCAN 8192
 
 /* SIGKILL every descendant of `root` except `spare`, and except processes
- * started before `min_start` (clock ticks since boot): those belong to
- * earlier commands of a shell session.  Returns how many were signalled. */
-static int sweep(pid_t root, pid_t spare, unsigned long long min_start) {
+ * with a pid <= `floor` (the namespace's last pid when the current shell
+ * command started: they belong to earlier commands).  Pids in a fresh PID
+ * namespace only grow (pid_max is millions).  Returns how many were signalled. */
+static int sweep(pid_t root, pid_t spare, pid_t floor) {
   static pid_t pids[MAX_SCAN], ppids[MAX_SCAN];
-  static unsigned long long starts[MAX_SCAN];
   static char mark[MAX_SCAN];
   int n = 0;
   DIR *d = opendir("/proc");
@@ -206,7 +204,7 @@ static int sweep(pid_t root, pid_t spare, unsigned long long min_start) {
     char *end;
     long v = strtol(e->d_name, &end, 10);
     if (*end || v <= 0) continue;
-    if (read_stat((pid_t)v, &ppids[n], &starts[n]) < 0) continue;
+    if (read_stat((pid_t)v, &ppids[n]) < 0) continue;
     pids[n] = (pid_t)v;
     n++;
   }
@@ -228,7 +226,7 @@ static int sweep(pid_t root, pid_t spare, unsigned long long min_start) {
     }
   }
   for (int i = 0; i < n; i++) {
-    if (!mark[i] || pids[i] == spare || starts[i] < min_start) continue;
+    if (!mark[i] || pids[i] == spare || pids[i] <= floor) continue;
     if (kill(pids[i], SIGKILL) == 0) killed++;
   }
   return killed;
@@ -284,12 +282,12 @@ static void supervise(pid_t cmd) {
       killing_all = 1;
       sweep(self, -1, 0);
     } else if (sig == SIGUSR1) {
-      unsigned long long min_start = (unsigned long long)(uintptr_t)si.si_value.sival_ptr;
+      pid_t floor = (pid_t)si.si_value.sival_int;
       /* kill everything below S except the command itself (a shell), and
        * everything below the command; stop after two quiet sweeps or 2 s */
       int quiet = 0;
       for (int round = 0; round < 10000 && quiet < 2; round++) {
-        int n = sweep(self, cmd, min_start);
+        int n = sweep(self, cmd, floor);
         for (;;) { /* reap our own zombies, not the command */
           int st;
           pid_t p = waitpid(-1, &st, WNOHANG | __WALL);
@@ -434,13 +432,13 @@ static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds
 }
 
 /* "all": kill the command and everything below it.
- * "desc TICKS": kill what the command started since TICKS, not the command. */
+ * "desc PID": kill what the command started after pid PID, not the command. */
 static void do_kill(uint32_t id, const char *how) {
   for (size_t i = 0; i < n_children; i++)
     if (children[i].id == id) {
       if (strncmp(how, "desc", 4) == 0) {
         union sigval v;
-        v.sival_ptr = (void *)(uintptr_t)strtoull(how + 4, NULL, 10);
+        v.sival_int = atoi(how + 4);
         sigqueue(children[i].pid, SIGUSR1, v);
       } else {
         kill(children[i].pid, SIGTERM);
@@ -642,6 +640,18 @@ static int handle_request(void) {
     case 'Y':
       do_symlink(id, payload, plen);
       break;
+    case 'L': {
+      char buf[32] = "0";
+      int fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        ssize_t r = read(fd, buf, sizeof buf - 1);
+        buf[r > 0 ? r : 0] = 0;
+        close(fd);
+      }
+      buf[strcspn(buf, "\n")] = 0;
+      send_str('R', id, buf);
+      break;
+    }
     case 'D':
       for (int i = 0; i < nfds; i++) add_sink(fds[i]);
       nfds = 0;
