@@ -80,3 +80,16 @@ def test_open_files_limit():
     with Sandbox(limits={"nofile": 64}) as sb:
         r = sb.exec(["python3", "-c", "import os\nn=0\ntry:\n  while True: os.open('/dev/null', 0); n+=1\nexcept OSError: print(n)"])
         assert r.exit_code == 0 and int(r.stdout) < 64
+
+
+def test_cgroup_limits_follow_each_sandbox_when_groups_are_reused():
+    from sandboxlite import cgroups
+
+    if cgroups.detect().kind != "v1":
+        pytest.fail(f"this test needs cgroup v1 as root (CI runs as root): {cgroups.detect().reason}")
+    for mem, pids in ((128, 40), (4096, 512), (256, 64)):
+        with Sandbox(limits={"memory_mb": mem, "pids": pids}) as sb:
+            pd, md = sb.info["cgroup"]
+            assert open(f"{pd}/pids.max").read().strip() == str(pids)
+            assert open(f"{md}/memory.limit_in_bytes").read().strip() == str(mem << 20)
+            assert str(sb.executor_pid) in open(f"{pd}/cgroup.procs").read().split()

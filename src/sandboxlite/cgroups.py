@@ -14,9 +14,11 @@ each process's address space) and ``sandboxlite doctor`` reports it.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,19 @@ GROUP = "sandboxlite"
 class Support:
     kind: str | None  # "v1", "v2" or None
     reason: str  # why not, or where
+
+
+def _v1_memory(md: Path, memory_bytes: int | None) -> None:
+    value = str(memory_bytes) if memory_bytes is not None else "-1"
+    files = [md / "memory.limit_in_bytes"]
+    if (md / "memory.memsw.limit_in_bytes").exists():
+        files.append(md / "memory.memsw.limit_in_bytes")  # must stay >= the limit
+    try:
+        for f in files:
+            f.write_text(value)
+    except OSError:  # raising: memsw first
+        for f in reversed(files):
+            f.write_text(value)
 
 
 def _writable_v1(ctrl: str) -> bool:
@@ -81,14 +96,56 @@ def _cleanup_stale(parents: list[Path]) -> None:
                     pass
 
 
-class Cgroup:
-    """One sandbox's cgroup(s); ``attach`` a pid before it forks, ``destroy`` at close."""
+_free: list["Cgroup"] = []  # empty groups kept for reuse (mkdir/rmdir cost, dying memcgs)
+_free_lock = threading.Lock()
+FREE_MAX = 64
 
-    def __init__(self, dirs: list[Path]) -> None:
+
+@atexit.register
+def _remove_free() -> None:
+    with _free_lock:
+        while _free:
+            _free.pop()._rmdir()
+
+
+class Cgroup:
+    """One sandbox's cgroup(s); ``attach`` a pid before it forks, ``destroy`` at close.
+
+    Empty groups are kept (up to 64 per process) and reused by the next sandbox:
+    creating and removing a memory cgroup costs more than rewriting two limits.
+    """
+
+    def __init__(self, dirs: list[Path], limits: tuple | None = None) -> None:
         self.dirs = dirs
+        self.limits = limits
 
     @classmethod
     def create(cls, support: Support, memory_bytes: int | None, pids: int | None) -> "Cgroup":
+        with _free_lock:
+            cg = _free.pop() if _free else None
+        if cg is not None:
+            try:
+                cg._set_limits(support, memory_bytes, pids)
+                return cg
+            except OSError:
+                cg._rmdir()
+        return cls._new(support, memory_bytes, pids)
+
+    def _set_limits(self, support: Support, memory_bytes: int | None, pids: int | None) -> None:
+        if self.limits == (support.kind, memory_bytes, pids):
+            return
+        if support.kind == "v1":
+            pd, md = self.dirs
+            (pd / "pids.max").write_text(str(pids) if pids is not None else "max")
+            _v1_memory(md, memory_bytes)
+        else:
+            (d,) = self.dirs
+            (d / "pids.max").write_text(str(pids) if pids is not None else "max")
+            (d / "memory.max").write_text(str(memory_bytes) if memory_bytes is not None else "max")
+        self.limits = (support.kind, memory_bytes, pids)
+
+    @classmethod
+    def _new(cls, support: Support, memory_bytes: int | None, pids: int | None) -> "Cgroup":
         name = f"{os.getpid()}-{next(_counter)}"
         dirs: list[Path] = []
         try:
@@ -104,11 +161,7 @@ class Cgroup:
                 dirs.append(md)
                 if pids is not None:
                     (pd / "pids.max").write_text(str(pids))
-                if memory_bytes is not None:
-                    (md / "memory.limit_in_bytes").write_text(str(memory_bytes))
-                    memsw = md / "memory.memsw.limit_in_bytes"
-                    if memsw.exists():
-                        memsw.write_text(str(memory_bytes))
+                _v1_memory(md, memory_bytes)
             elif support.kind == "v2":
                 parent = Path(support.reason)
                 _cleanup_stale([parent])
@@ -124,9 +177,9 @@ class Cgroup:
             else:
                 raise OSError(f"cgroups unavailable: {support.reason}")
         except BaseException:
-            cls(dirs).destroy()
+            cls(dirs)._rmdir()
             raise
-        return cls(dirs)
+        return cls(dirs, (support.kind, memory_bytes, pids))
 
     def attach(self, pid: int) -> None:
         for d in self.dirs:
@@ -150,6 +203,16 @@ class Cgroup:
         return None
 
     def destroy(self) -> None:
+        """Give the group back (for reuse when it is empty), or remove it."""
+        if self.dirs and not self.pids():
+            with _free_lock:
+                if len(_free) < FREE_MAX:
+                    _free.append(Cgroup(self.dirs, self.limits))
+                    self.dirs = []
+                    return
+        self._rmdir()
+
+    def _rmdir(self) -> None:
         for d in self.dirs:
             try:
                 d.rmdir()
