@@ -1,0 +1,87 @@
+"""Rootfs sources: the host's /usr, or a directory tree; either way read-only and never written."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from sandboxlite import RootfsError, Sandbox, rootfs
+
+
+def _libs(binary: str) -> list[str]:
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    libs = []
+    for line in out.splitlines():
+        parts = line.split()
+        for p in parts:
+            if p.startswith("/"):
+                libs.append(p)
+    return libs
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory):
+    """A minimal root filesystem: dash, cat and their libraries, nothing else."""
+    root = tmp_path_factory.mktemp("tinyroot")
+    for binary in ("/usr/bin/dash", "/usr/bin/cat", "/usr/bin/ls"):
+        for f in [binary, *_libs(binary)]:
+            real = os.path.realpath(f)
+            dst = root / f.lstrip("/")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(real, dst)
+    os.symlink("dash", root / "usr/bin/sh")
+    (root / "bin").symlink_to("usr/bin")
+    (root / "etc").mkdir()
+    (root / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    (root / "etc/marker").write_text("tiny image\n")
+    # entries the jail owns must not leak from the image
+    (root / "tmp").mkdir()
+    (root / "tmp/stale").write_text("from the image")
+    (root / "proc").mkdir()
+    return root
+
+
+def test_directory_rootfs(tiny_root):
+    before = {p: p.stat().st_mtime_ns for p in tiny_root.rglob("*") if not p.is_symlink()}
+    with Sandbox(rootfs=str(tiny_root)) as sb:
+        r = sb.exec("cat /etc/marker; ls /tmp; ls /; echo x > /etc/marker || echo ro")
+        assert r.stdout.startswith(b"tiny image\n")
+        assert b"stale" not in r.stdout
+        assert b"ro\n" in r.stdout
+        assert sb.info["rootfs_kind"] == "dir"
+        assert sb.exec(["python3", "-c", "1"]).exit_code == 127  # the host's tools are not there
+    # nothing was written into the image
+    assert {p: p.stat().st_mtime_ns for p in tiny_root.rglob("*") if not p.is_symlink()} == before
+    assert (tiny_root / "etc/marker").read_text() == "tiny image\n"
+
+
+def test_host_rootfs_has_a_minimal_etc():
+    plan = rootfs.host_plan()
+    assert plan.kind == "host"
+    etc = dict((dst, src) for src, dst in plan.binds)["/etc"]
+    names = set(os.listdir(etc))
+    assert {"passwd", "group", "hosts", "ld.so.cache"} <= names
+    assert "shadow" not in names and "gshadow" not in names and "sudoers" not in names
+    assert "ssh" not in names
+
+
+def test_missing_rootfs_errors_say_what_to_do(tmp_path):
+    with pytest.raises(RootfsError) as e:
+        Sandbox(rootfs=str(tmp_path / "nope"))
+    assert "Hint:" in str(e.value)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RootfsError, match="does not look like a root filesystem"):
+        Sandbox(rootfs=str(tmp_path / "empty"))
+    with pytest.raises(RootfsError, match="no rootfs image named"):
+        Sandbox(rootfs="no-such-image")
+
+
+def test_auto_prefers_a_built_image(tmp_path, monkeypatch, tiny_root):
+    monkeypatch.setenv("SANDBOXLITE_HOME", str(tmp_path))
+    assert rootfs.resolve("auto").kind == "host"
+    img = rootfs.image_root(rootfs.DEFAULT_PROFILE)
+    img.parent.mkdir(parents=True)
+    shutil.copytree(tiny_root, img, symlinks=True)
+    plan = rootfs.resolve("auto")
+    assert plan.kind == "dir" and plan.path == str(img)
