@@ -36,3 +36,42 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _reachable_dir(prefix: str):
+    """A host directory the sandbox's uid can reach.
+
+    A root caller's sandboxes run as an unprivileged host uid (nobody), and
+    pytest's tmp_path lives under a 0700 directory: mount sources come from here.
+    """
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+    os.chmod(d, 0o755)
+    return d, lambda: shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def host_dir():
+    from pathlib import Path
+
+    d, cleanup = _reachable_dir("sandboxlite-test-")
+    yield Path(d)
+    cleanup()
+
+
+@pytest.fixture(scope="session")
+def host_dir_factory():
+    from pathlib import Path
+
+    made = []
+
+    def make(prefix: str = "sandboxlite-test-") -> Path:
+        d, cleanup = _reachable_dir(prefix)
+        made.append(cleanup)
+        return Path(d)
+
+    yield make
+    for cleanup in made:
+        cleanup()

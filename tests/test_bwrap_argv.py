@@ -49,6 +49,9 @@ def test_rootfs_read_only_and_jail_mounts():
     assert pairs(a, "--symlink") == ["usr/bin"]
     assert pairs(a, "--tmpfs") == ["/dev/shm", "/tmp", "/root", "/testbed"]
     assert pairs(a, "--proc") == ["/proc"] and pairs(a, "--dev") == ["/dev"]
+    # /proc/sys read-only right after /proc (bwrap itself leaves it writable)
+    i = a.index("--proc")
+    assert a[i + 2 : i + 5] == ["--ro-bind", "/proc/sys", "/proc/sys"]
     # the root is remounted read-only after everything is in place, right before the command
     i = a.index("--remount-ro")
     assert a[i + 1] == "/" and a[i + 2] == "/proc/self/fd/8"

@@ -15,9 +15,9 @@ def test_exec_passes_exit_code_and_output():
     assert r.stdout == "out\n" and "err\n" in r.stderr
 
 
-def test_exec_stdin_env_and_mount(tmp_path):
-    (tmp_path / "f.txt").write_text("from host")
-    r = run("exec", "--mount", f"{tmp_path}:/in:ro", "--env", "A=1", "--", "sh", "-c", "cat /in/f.txt; echo $A; cat",
+def test_exec_stdin_env_and_mount(host_dir):
+    (host_dir / "f.txt").write_text("from host")
+    r = run("exec", "--mount", f"{host_dir}:/in:ro", "--env", "A=1", "--", "sh", "-c", "cat /in/f.txt; echo $A; cat",
             input="piped")
     assert r.exit_code == 0, r.output
     assert r.stdout == "from host1\npiped"

@@ -21,9 +21,9 @@ def _libs(binary: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tiny_root(tmp_path_factory):
+def tiny_root(host_dir_factory):
     """A minimal root filesystem: dash, cat and their libraries, nothing else."""
-    root = tmp_path_factory.mktemp("tinyroot")
+    root = host_dir_factory("sandboxlite-tinyroot-")
     for binary in ("/usr/bin/dash", "/usr/bin/cat", "/usr/bin/ls"):
         for f in [binary, *_libs(binary)]:
             real = os.path.realpath(f)

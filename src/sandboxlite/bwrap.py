@@ -114,6 +114,7 @@ def build_argv(
     rlimits: list[str],
 ) -> list[str]:
     """The complete bwrap command line for ``config`` (a pure function)."""
+
     lim = config.limits
     argv = [info.path, *NAMESPACE_FLAGS]
     if config.network == "none":
@@ -134,7 +135,9 @@ def build_argv(
         argv += ["--ro-bind", src, dst]
     for target, path in plan.symlinks:
         argv += ["--symlink", target, path]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    # a fresh /proc for the PID namespace, with /proc/sys read-only (bwrap covers
+    # only irq and bus); the sysctls a process looks up there are its own namespaces'
+    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
     argv += _tmpfs("/dev/shm", lim.tmp_mb, info)
     argv += _tmpfs("/tmp", lim.tmp_mb, info)
     argv += _tmpfs("/root", lim.tmp_mb, info)

@@ -66,6 +66,57 @@ def _executor_fd_get() -> int:
         return _executor_fd
 
 
+def run_as() -> tuple[int, int] | None:
+    """The unprivileged (uid, gid) a root caller's sandboxes run as; None for other callers.
+
+    uid 0 inside a sandbox must never be the host's root: root owns /proc/sys and
+    many other kernel files by plain permission bits, and RLIMIT_NPROC does not
+    bind it.  Set SANDBOXLITE_UID / SANDBOXLITE_GID to choose (default: nobody).
+    """
+    if os.geteuid() != 0:
+        return None
+    uid = os.environ.get("SANDBOXLITE_UID")
+    gid = os.environ.get("SANDBOXLITE_GID")
+    if uid is None:
+        import pwd
+
+        try:
+            pw = pwd.getpwnam("nobody")
+            default = (pw.pw_uid, pw.pw_gid)
+        except KeyError:
+            default = (65534, 65534)
+    else:
+        default = (int(uid), int(uid))
+    result = (int(uid) if uid else default[0], int(gid) if gid else default[1])
+    if result[0] == 0:
+        raise ConfigError("SANDBOXLITE_UID", "must not be 0: sandboxes never run as the host's root")
+    return result
+
+
+def _unreachable(path: str, uid: int, gid: int, write: bool) -> str | None:
+    """Why ``uid``/``gid`` (no supplementary groups) cannot use ``path``, or None."""
+
+    def allowed(st: os.stat_result, bits: int) -> bool:
+        if st.st_uid == uid:
+            return (st.st_mode >> 6) & bits == bits
+        if st.st_gid == gid:
+            return (st.st_mode >> 3) & bits == bits
+        return st.st_mode & bits == bits
+
+    parts = os.path.abspath(path).split("/")[1:]
+    cur = ""
+    for part in parts[:-1]:
+        cur += "/" + part
+        st = os.stat(cur)
+        if not allowed(st, 1):
+            return f"{cur} is not searchable by uid {uid}"
+    st = os.stat(path)
+    need = 4 | (1 if stat.S_ISDIR(st.st_mode) else 0) | (2 if write else 0)
+    if not allowed(st, need):
+        return f"{path} is not {'writable' if write else 'readable'} by uid {uid}"
+    return None
+
+
 def _raise_nofile() -> None:
     """Each sandbox holds three descriptors on the host: lift the soft limit once."""
     global _nofile_raised
@@ -144,10 +195,21 @@ class Sandbox:
             raise SetupError(f"cgroups are required but unavailable: {support.reason}", hint="run `sandboxlite doctor`")
         use_cgroup = support.kind is not None
         self._cgroup: cgroups.Cgroup | None = None
+        self.host_ids = run_as()
+        if self.host_ids is not None:
+            for m in config.mounts:
+                why = _unreachable(m.src, *self.host_ids, write=m.rw)
+                if why:
+                    raise ConfigError(
+                        "mounts",
+                        f"{why}: as root, sandboxes run as the unprivileged host uid {self.host_ids[0]}",
+                        hint=f"make it reachable (chmod o+rx{'w' if m.rw else ''}, or chown {self.host_ids[0]}), "
+                        "pick the uid with SANDBOXLITE_UID, or copy files in with Sandbox.upload()",
+                    )
         rlimits = bwrap.rlimit_args(
             config,
             memory_by_cgroup=use_cgroup,
-            nproc_enforced=os.geteuid() != 0,  # RLIMIT_NPROC does not bind uid 0 mapped to host root
+            nproc_enforced=True,  # the jail's uid is never host root, so RLIMIT_NPROC binds
         )
 
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -167,9 +229,13 @@ class Sandbox:
                 (os.POSIX_SPAWN_DUP2, fds.executor, fds.executor),
                 (os.POSIX_SPAWN_DUP2, fds.seccomp, fds.seccomp),
             ]
+            path, spawn_argv = info.path, argv
+            if self.host_ids is not None:  # drop to the unprivileged uid, then exec bwrap
+                path = str(executor.executor_path())
+                spawn_argv = ["sandboxlite-launch", "launch", str(self.host_ids[0]), str(self.host_ids[1]), *argv]
             try:
                 pid = os.posix_spawn(
-                    info.path, argv, {}, file_actions=actions, setsid=True, setsigdef=_DEFAULT_SIGNALS
+                    path, spawn_argv, {}, file_actions=actions, setsid=True, setsigdef=_DEFAULT_SIGNALS
                 )
             except OSError as e:
                 raise SetupError(f"could not run {info.path}: {e}", hint="apt-get install bubblewrap") from None
@@ -181,6 +247,7 @@ class Sandbox:
             os.close(err_w)
             os.close(sec_fd)
             child.close()
+
         self._bwrap_pid = pid
         self._bwrap_status: int | None = None
         self._pidfd = os.pidfd_open(pid)
@@ -314,14 +381,14 @@ class Sandbox:
         cg = self._cgroup
         return {
             "rootfs": self.rootfs_plan.name,
+            "host_uid": self.host_ids[0] if self.host_ids else os.geteuid(),
             "rootfs_kind": self.rootfs_plan.kind,
             "network": self.config.network,
             "workdir": self.config.workdir,
             "cgroup": [str(d) for d in cg.dirs] if cg else None,
             "memory_limit": f"cgroup {lim.memory_mb} MiB" if cg and lim.memory_mb else (
                 f"RLIMIT_AS {lim.memory_mb} MiB" if lim.memory_mb else "none"),
-            "pids_limit": f"cgroup {lim.pids}" if cg and lim.pids else (
-                f"RLIMIT_NPROC {lim.pids}" if lim.pids and not root else "none"),
+            "pids_limit": f"cgroup {lim.pids}" if cg and lim.pids else (f"RLIMIT_NPROC {lim.pids}" if lim.pids else "none"),
             "copy_on_write_root": False,
             "executor_pid": self.executor_pid,
             "bwrap_pid": self.bwrap_pid,

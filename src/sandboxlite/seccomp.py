@@ -130,7 +130,7 @@ def filter_bytes() -> bytes:
     for req in DENIED_IOCTLS.values():
         f.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, req))
     # AF_PACKET sockets sniff interfaces; there is nothing to sniff, deny anyway.
-    f.add_rule(eperm, "socket", sc.Arg(0, sc.EQ, 17))
+    f.add_rule(eperm, "socket", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, 17))  # the kernel reads an int
     with tempfile.TemporaryFile() as tmp:
         f.export_bpf(tmp)
         tmp.seek(0)

@@ -33,6 +33,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <grp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -687,7 +688,28 @@ static void apply_rlimit(const char *spec) {
   }
 }
 
+/* Launcher mode, for a root caller: "launch UID GID PROGRAM ARGS..." drops
+ * to an unprivileged uid/gid (no supplementary groups), then executes bwrap,
+ * so that uid 0 inside the sandbox is never the host's root. */
+static int launch(int argc, char **argv) {
+  if (argc < 5) {
+    dprintf(2, "sandboxlite-executor: launch UID GID PROGRAM ARGS...\n");
+    return 111;
+  }
+  uid_t uid = (uid_t)strtoul(argv[2], NULL, 10);
+  gid_t gid = (gid_t)strtoul(argv[3], NULL, 10);
+  if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) die("drop privileges");
+  if (getuid() != uid || geteuid() != uid || setuid(0) == 0) {
+    dprintf(2, "sandboxlite-executor: could not drop to uid %u\n", (unsigned)uid);
+    return 111;
+  }
+  execv(argv[4], argv + 4);
+  die(argv[4]);
+  return 111;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "launch") == 0) return launch(argc, argv);
   /* dispositions survive execve: whatever the host ignored (Python ignores
    * SIGPIPE) must not leak into the sandbox's commands */
   for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
