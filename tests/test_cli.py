@@ -56,5 +56,5 @@ def test_setup_failure_is_125_with_hint(monkeypatch):
 def test_doctor_reports_each_check():
     r = run("doctor")
     assert r.exit_code == 0, r.output
-    for name in ("bubblewrap", "user namespaces", "seccomp", "cgroups", "executor", "rootfs", "sandbox"):
+    for name in ("bubblewrap", "user namespaces", "seccomp", "cgroups", "identity", "executor", "rootfs", "sandbox"):
         assert f"] {name}:" in r.stdout

@@ -81,12 +81,6 @@ def check_cgroups() -> Check:
     s = cgroups.detect()
     if s.kind:
         return Check("cgroups", "ok", f"{s.kind} at {s.reason}: memory and pids limits per sandbox")
-    if os.geteuid() == 0:
-        return Check(
-            "cgroups", "warn",
-            f"unavailable ({s.reason}); as root, RLIMIT_NPROC does not apply, so a fork bomb is not contained",
-            "mount the pids and memory controllers, or run sandboxlite as a non-root user",
-        )  # fmt: skip
     return Check(
         "cgroups", "warn",
         f"unavailable ({s.reason}); using RLIMIT_NPROC (per user namespace) and RLIMIT_AS instead",
@@ -105,6 +99,22 @@ def check_executor() -> Check:
     return Check(
         "executor", "warn", f"{path} is dynamically linked: it runs only over a rootfs with a compatible libc",
         "apt-get install libc6-dev, then delete the file so it is rebuilt statically",
+    )  # fmt: skip
+
+
+def check_identity() -> Check:
+    from .sandbox import run_as
+
+    try:
+        ids = run_as()
+    except SandboxError as e:
+        return Check("identity", "fail", e.message, e.hint or "")
+    if ids is None:
+        return Check("identity", "ok", f"sandboxes run as your uid {os.geteuid()} (uid 0 inside, no capabilities)")
+    return Check(
+        "identity", "ok",
+        f"caller is root: sandboxes run as host uid {ids[0]}, gid {ids[1]} (never host root); "
+        "mount sources must be reachable by that uid",
     )  # fmt: skip
 
 
@@ -145,7 +155,15 @@ def check_sandbox() -> Check:
 
 
 def run_checks() -> list[Check]:
-    checks = [check_bwrap(), check_userns(), check_seccomp(), check_cgroups(), check_executor(), check_rootfs()]
+    checks = [
+        check_bwrap(),
+        check_userns(),
+        check_seccomp(),
+        check_cgroups(),
+        check_identity(),
+        check_executor(),
+        check_rootfs(),
+    ]
     if all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())
     return checks
