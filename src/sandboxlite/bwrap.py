@@ -84,6 +84,7 @@ class JailFds:
     ctrl: int  # our end of the control socket, as seen by the executor
     executor: int  # an O_RDONLY descriptor of the executor binary
     seccomp: int  # a pipe holding the BPF program
+    info: int | None = None  # where bwrap writes {"child-pid": N} (used to attach cgroups early)
 
 
 def rlimit_args(config: SandboxConfig, *, memory_by_cgroup: bool, nproc_enforced: bool) -> list[str]:
@@ -131,6 +132,8 @@ def build_argv(
         "--seccomp", str(fds.seccomp),
         "--chdir", "/",
     ]  # fmt: skip
+    if fds.info is not None:
+        argv += ["--info-fd", str(fds.info)]
     for src, dst in plan.binds:
         argv += ["--ro-bind", src, dst]
     for target, path in plan.symlinks:

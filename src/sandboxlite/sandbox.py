@@ -11,7 +11,9 @@ serialised by a lock.  Open several sandboxes for parallelism.
 from __future__ import annotations
 
 import errno
+import functools
 import os
+import re
 import resource
 import select
 import signal
@@ -75,8 +77,11 @@ def run_as() -> tuple[int, int] | None:
     """
     if os.geteuid() != 0:
         return None
-    uid = os.environ.get("SANDBOXLITE_UID")
-    gid = os.environ.get("SANDBOXLITE_GID")
+    return _run_as(os.environ.get("SANDBOXLITE_UID"), os.environ.get("SANDBOXLITE_GID"))
+
+
+@functools.lru_cache(maxsize=8)
+def _run_as(uid: str | None, gid: str | None) -> tuple[int, int]:
     if uid is None:
         import pwd
 
@@ -216,7 +221,8 @@ class Sandbox:
         parent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         sec_fd = seccomp.filter_fd()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        fds = bwrap.JailFds(ctrl=child.fileno(), executor=exe_fd, seccomp=sec_fd)
+        info_r, info_w = os.pipe2(os.O_CLOEXEC) if use_cgroup else (None, None)
+        fds = bwrap.JailFds(ctrl=child.fileno(), executor=exe_fd, seccomp=sec_fd, info=info_w)
         argv = bwrap.build_argv(config, plan, fds, info, rlimits)
         self.argv = argv
         try:
@@ -228,6 +234,7 @@ class Sandbox:
                 (os.POSIX_SPAWN_DUP2, fds.ctrl, fds.ctrl),
                 (os.POSIX_SPAWN_DUP2, fds.executor, fds.executor),
                 (os.POSIX_SPAWN_DUP2, fds.seccomp, fds.seccomp),
+                *([(os.POSIX_SPAWN_DUP2, info_w, info_w)] if info_w is not None else []),
             ]
             path, spawn_argv = info.path, argv
             if self.host_ids is not None:  # drop to the unprivileged uid, then exec bwrap
@@ -241,12 +248,16 @@ class Sandbox:
                 raise SetupError(f"could not run {info.path}: {e}", hint="apt-get install bubblewrap") from None
         except BaseException:
             os.close(err_r)
+            if info_r is not None:
+                os.close(info_r)
             parent.close()
             raise
         finally:
             os.close(err_w)
             os.close(sec_fd)
             child.close()
+            if info_w is not None:
+                os.close(info_w)
 
         self._bwrap_pid = pid
         self._bwrap_status: int | None = None
@@ -254,38 +265,65 @@ class Sandbox:
         self._err_r = err_r
         self._chan = Channel(parent)
         self._closed = False
-        if use_cgroup:  # created while bwrap sets up the namespaces; attached before any fork
-            mem = config.limits.memory_mb * bwrap.MiB if config.limits.memory_mb is not None else None
+        if use_cgroup:
+            # while bwrap sets up the mounts: create the cgroup, learn the jail's pid from
+            # --info-fd and move it in (slow on cgroup v1: it waits for an RCU grace period).
+            # The executor forks nothing before its first request, so nothing escapes.
+            # (info_r stays open until hello: bwrap may still be writing the rest of the
+            # JSON, and a closed pipe would kill it with SIGPIPE)
             try:
-                self._cgroup = cgroups.Cgroup.create(support, mem, config.limits.pids)
-            except OSError as e:
+                self._attach_cgroup(support, info_r)  # type: ignore[arg-type]
+            except BaseException:
+                os.close(info_r)  # type: ignore[arg-type]
                 self._teardown()
-                raise SetupError(
-                    f"could not create the sandbox's cgroup: {e}",
-                    hint="run `sandboxlite doctor`, or open the sandbox with cgroups='off'",
-                ) from None
+                raise
         try:
             hello = self._chan.wait(0, time.monotonic() + START_TIMEOUT_S)
         except (SandboxCrashed, TimeoutError):
             msg = self._read_stderr(wait=True)
             self._teardown()
             raise _diagnose(msg, config) from None
+        finally:
+            if info_r is not None:
+                os.close(info_r)
         parent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
         if hello.type != "H" or not hello.payload.startswith(b"sandboxlite-executor"):
             self._teardown()
             raise SandboxCrashed(f"unexpected greeting from the executor: {hello!r}")
-        self._executor_pid = self._chan.peer_pid
-        cg = self._cgroup
-        if cg is not None:
-            if self._executor_pid is None:
-                self._teardown()
-                raise SandboxCrashed("could not learn the executor's pid to place it in its cgroup")
-            try:
-                cg.attach(self._executor_pid)
-            except OSError as e:
-                self._teardown()
-                raise SetupError(f"could not move the sandbox into its cgroup: {e}") from None
+        peer = self._chan.peer_pid
+        if self._cgroup is not None and peer not in self._cgroup.pids():
+            self._teardown()
+            raise SandboxCrashed(f"the executor (pid {peer}) is not in its cgroup")
+        self._executor_pid = peer
         self._started_at = time.monotonic()
+
+    def _attach_cgroup(self, support: cgroups.Support, info_r: int) -> None:
+        lim = self.config.limits
+        mem = lim.memory_mb * bwrap.MiB if lim.memory_mb is not None else None
+        try:
+            self._cgroup = cgroups.Cgroup.create(support, mem, lim.pids)
+        except OSError as e:
+            raise SetupError(
+                f"could not create the sandbox's cgroup: {e}",
+                hint="run `sandboxlite doctor`, or open the sandbox with cgroups='off'",
+            ) from None
+        # bwrap writes {"child-pid": N, ...} right after it clones the jail's init
+        data = b""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        complete = re.compile(rb'"child-pid"\s*:\s*(\d+)\D')
+        while not complete.search(data):
+            r, _, _ = select.select([info_r], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(info_r, 4096) if r else b""
+            if not chunk:
+                break
+            data += chunk
+        m = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
+        if m is None:  # bwrap died (its stderr says why) or hung
+            raise _diagnose(self._read_stderr(wait=True), self.config)
+        try:
+            self._cgroup.attach(int(m.group(1)))
+        except OSError as e:
+            raise SetupError(f"could not move the sandbox into its cgroup: {e}") from None
 
     def _read_stderr(self, wait: bool = False) -> str:
         """bwrap's own stderr (only read when something went wrong, or at close)."""
