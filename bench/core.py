@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +44,10 @@ PYTHON_CMD = ["/usr/bin/python3", "-c", "pass"]
 # The host spawns get the same small environment that commands get inside the
 # sandbox (sandboxlite.config.base_env), so python3 starts the same way.
 HOST_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+
+# Python ignores SIGPIPE and SIGXFSZ and ignored dispositions survive exec: every spawn here resets
+# them, as sandboxlite does when it spawns bwrap.
+DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 SANDBOXLITE = "sandboxlite"
 RAW_BWRAP = "raw_bwrap"
@@ -123,7 +128,7 @@ def spawn_wait(path: str, argv: list[str], env: dict[str, str], *, keep_fds: tup
         actions.append((os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0))
     # dup2 onto itself clears FD_CLOEXEC (what sandboxlite does for bwrap's fds)
     actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in keep_fds]
-    pid = os.posix_spawn(path, argv, env, file_actions=actions, setsid=setsid)
+    pid = os.posix_spawn(path, argv, env, file_actions=actions, setsid=setsid, setsigdef=DEFAULT_SIGNALS)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
 
@@ -171,10 +176,23 @@ class RawBwrap:
         return rc, err
 
 
+# bwrap options that only pass descriptors between sandboxlite and bwrap (no isolation effect):
+# the raw baseline has no use for them (--seccomp is kept, with a fresh filter fd)
+PLUMBING_FD_OPTIONS = ("--info-fd", "--json-status-fd", "--sync-fd", "--block-fd", "--userns-block-fd")
+
+
 def _strip_executor(argv: list[str]) -> tuple[list[str], int]:
-    """argv up to the executor (the last '/proc/self/fd/N'), and the index of --seccomp's value."""
+    """argv up to the executor (the last '/proc/self/fd/N') without descriptor plumbing, and the
+    index of --seccomp's value."""
     idx = max(i for i, a in enumerate(argv) if a.startswith("/proc/self/fd/"))
-    prefix = list(argv[:idx])
+    prefix: list[str] = []
+    i = 0
+    while i < idx:
+        if argv[i] in PLUMBING_FD_OPTIONS:
+            i += 2
+            continue
+        prefix.append(argv[i])
+        i += 1
     sec = prefix.index("--seccomp") + 1
     prefix[sec] = "SECCOMP_FD"
     return prefix, sec
@@ -189,7 +207,7 @@ def make_raw_bwrap(rootfs_spec: str, live_argv: list[str] | None) -> RawBwrap:
     config = SandboxConfig(rootfs=rootfs_spec)
     plan = rootfs.resolve(config.rootfs)
     try:
-        fds = bwrap.JailFds(ctrl=1000, executor=1001, seccomp=1002)
+        fds = bwrap.JailFds(ctrl=1000, executor=1001, seccomp=1002)  # numbers only: nothing is opened
         built = bwrap.build_argv(config, plan, fds, info, [])
         prefix, sec = _strip_executor(built)
         source = "sandboxlite.bwrap.build_argv"
@@ -221,7 +239,7 @@ class Series:
 
 
 class LeakCheck:
-    """After each close: the executor and bwrap are gone, the cgroup directories removed."""
+    """After each close: the executor and bwrap are gone, the sandbox's cgroups hold no process."""
 
     def __init__(self) -> None:
         import psutil
@@ -229,6 +247,15 @@ class LeakCheck:
         self.psutil = psutil
         self.checked = 0
         self.problems: list[str] = []
+        self.live: list = []  # sandboxes (or lists of them) still open: their groups may be reused
+
+    def _live_pids(self) -> set[int]:
+        pids = set()
+        for obj in self.live:
+            for sb in obj if isinstance(obj, list) else [obj]:
+                if sb.executor_pid:
+                    pids.add(sb.executor_pid)
+        return pids
 
     def identity(self, pid: int | None) -> tuple[int, float] | None:
         if pid is None:
@@ -255,9 +282,17 @@ class LeakCheck:
             found.append(f"executor pid {executor[0]} still running")
         if self.alive(bwrap_ident):
             found.append(f"bwrap pid {bwrap_ident[0]} still running")
+        # an emptied group may be kept and reused by the next sandbox (reset() reuses its own at
+        # once): only a process that belongs to no live sandbox of ours is a leak
+        live = self._live_pids()
         for d in cgroup_dirs:
-            if os.path.isdir(d):
-                found.append(f"cgroup {d} still exists")
+            try:
+                procs = [int(p) for p in Path(d, "cgroup.procs").read_text().split()]
+            except OSError:
+                continue  # removed
+            stray = [p for p in procs if p not in live]
+            if stray:
+                found.append(f"cgroup {d} still holds pids {' '.join(map(str, stray[:5]))}")
         if found and len(self.problems) < 20:
             self.problems.append(f"{what}: " + "; ".join(found))
 
@@ -267,7 +302,7 @@ def build_series(args, leak: LeakCheck, raw: RawBwrap | None, raw_reason: str,
     from sandboxlite import Sandbox
 
     clock = time.perf_counter_ns
-    rootfs_spec = args.rootfs
+    rootfs_spec, cg_mode = args.rootfs, args.cgroups
     keep: list = []  # live sandboxes to close at the end
     pending_close: list = []  # sandboxes from cold_true, closed (and timed) by the close series
 
@@ -279,7 +314,7 @@ def build_series(args, leak: LeakCheck, raw: RawBwrap | None, raw_reason: str,
     def sl_cold(cmd: list[str], hand_over: bool) -> Callable[[], float]:
         def run() -> float:
             t0 = clock()
-            sb = Sandbox(rootfs=rootfs_spec)
+            sb = Sandbox(rootfs=rootfs_spec, cgroups=cg_mode)
             res = sb.exec(cmd)
             t1 = clock()
             if hand_over:
@@ -330,7 +365,7 @@ def build_series(args, leak: LeakCheck, raw: RawBwrap | None, raw_reason: str,
         return _ms(t1 - t0)
 
     # exec round trip in a live sandbox
-    exec_sb = Sandbox(rootfs=rootfs_spec)
+    exec_sb = Sandbox(rootfs=rootfs_spec, cgroups=cg_mode)
     keep.append(exec_sb)
 
     def sl_exec() -> float:
@@ -342,7 +377,7 @@ def build_series(args, leak: LeakCheck, raw: RawBwrap | None, raw_reason: str,
 
     # close: of the sandbox the cold_true sample of this round created (one command run)
     def sl_close() -> float:
-        sb = pending_close.pop() if pending_close else _fresh(Sandbox, rootfs_spec)
+        sb = pending_close.pop() if pending_close else _fresh(Sandbox, rootfs_spec, cg_mode)
         ex = leak.identity(sb.executor_pid)
         bw = leak.identity(sb.bwrap_pid)
         cg = list(sb.info.get("cgroup") or [])
@@ -353,8 +388,9 @@ def build_series(args, leak: LeakCheck, raw: RawBwrap | None, raw_reason: str,
         return _ms(t1 - t0)
 
     # reset: of a dedicated live sandbox
-    reset_sb = Sandbox(rootfs=rootfs_spec)
+    reset_sb = Sandbox(rootfs=rootfs_spec, cgroups=cg_mode)
     keep.append(reset_sb)
+    leak.live += [exec_sb, reset_sb, pending_close]
 
     def sl_reset() -> float:
         ex = leak.identity(reset_sb.executor_pid)
@@ -397,8 +433,8 @@ def build_series(args, leak: LeakCheck, raw: RawBwrap | None, raw_reason: str,
     return series, keep + [pending_close]
 
 
-def _fresh(Sandbox, rootfs_spec):
-    sb = Sandbox(rootfs=rootfs_spec)
+def _fresh(Sandbox, rootfs_spec, cg_mode):
+    sb = Sandbox(rootfs=rootfs_spec, cgroups=cg_mode)
     sb.exec([TRUE])
     return sb
 
@@ -569,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a few rounds, for CI (well under 15 s)")
     ap.add_argument("--json", metavar="PATH", help="default bench/results/core-<timestamp>.json")
     ap.add_argument("--rootfs", default="host", help='rootfs of the sandboxes (default "host")')
+    ap.add_argument("--cgroups", default="auto", choices=["auto", "off", "required"],
+                    help="the sandboxes' cgroups setting (default auto, as users get it)")
     ap.add_argument("--exec-per-round", type=int, default=5,
                     help="exec_true samples per runtime per round (default 5; cheap, so more of them)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
@@ -582,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     wall0 = time.monotonic()
 
     machine = machine_info()
-    print(f"sandboxlite core benchmark: {args.rounds} rounds (+{args.warmup} warm-up), rootfs={args.rootfs!r}")
+    print(f"sandboxlite core benchmark: {args.rounds} rounds (+{args.warmup} warm-up), rootfs={args.rootfs!r}, "
+          f"cgroups={args.cgroups!r}")
     print(f"machine: {machine['cpu_count']} cpus ({machine['cpu_model']}), kernel {machine['kernel']}, "
           f"python {machine['python']}, bwrap {machine['bwrap_version']}, euid {machine['euid']}, "
           f"cgroups {machine['cgroups']['kind'] or 'none'} ({machine['cgroups']['detail']})")
@@ -594,16 +633,18 @@ def main(argv: list[str] | None = None) -> int:
     first: dict = {}
     try:
         t0 = time.perf_counter_ns()
-        sb = Sandbox(rootfs=args.rootfs)
+        sb = Sandbox(rootfs=args.rootfs, cgroups=args.cgroups)
         res = sb.exec([TRUE])
         first["first_cold_true_ms"] = _ms(time.perf_counter_ns() - t0)
         first["sandbox_uses_cgroup"] = bool(sb.info.get("cgroup"))
+        first["sandbox_host_uid"] = sb.info.get("host_uid", os.geteuid())
         live_argv = list(sb.argv)
         if res.exit_code != 0:
             raise RuntimeError(f"{TRUE} exited {res.exit_code}: {res.stderr[:200]!r}")
     except Exception as e:
         print(f"sandboxlite not available: {_short(e)}", file=sys.stderr)
         return 2
+    machine["cgroups"]["used_by_sandboxes"] = first["sandbox_uses_cgroup"]
     python_reason = probe_python(sb)
     sb.close()
 
@@ -619,6 +660,9 @@ def main(argv: list[str] | None = None) -> int:
     unshare_reason = probe_unshare()
     if raw and raw.note:
         print(raw.note)
+    if raw and first["sandbox_host_uid"] != os.geteuid():
+        print(f"note: sandboxlite runs bwrap as host uid {first['sandbox_host_uid']} (through its launcher); "
+              f"the raw bwrap baseline runs as the caller, uid {os.geteuid()}")
 
     leak = LeakCheck()
     series, keep = build_series(args, leak, raw, raw_reason, unshare_reason, python_reason)
@@ -683,6 +727,7 @@ def main(argv: list[str] | None = None) -> int:
             "rounds": args.rounds,
             "quick": args.quick,
             "rootfs": args.rootfs,
+            "cgroups": args.cgroups,
             "warmup_rounds": args.warmup,
             "exec_per_round": args.exec_per_round,
             "interleaving": "per round, every runtime of a metric once (exec_true: exec_per_round times), "
@@ -692,6 +737,7 @@ def main(argv: list[str] | None = None) -> int:
             "host_env": HOST_ENV,
             "raw_bwrap_argv": raw.argv(["CMD"], -1) if raw else None,
             "raw_bwrap_argv_source": raw.source if raw else None,
+            "raw_bwrap_uid": os.geteuid(),
             "sandboxlite_argv": live_argv,
             "metrics": METRIC_HELP,
             "git_commit": git_commit(),

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from sandboxlite import paths
-from sandboxlite import ExecResult, Sandbox, SandboxClosed, SandboxCrashed, CommandFailed, CommandTimeout
+from sandboxlite import CommandFailed, CommandTimeout, ExecResult, Sandbox, SandboxClosed, SandboxCrashed, SandboxError
 
 from .conftest import alive, tree
 
@@ -212,3 +212,53 @@ def test_threads_share_one_sandbox_and_many_sandboxes_run_in_parallel():
 
     with ThreadPoolExecutor(8) as ex:
         assert list(ex.map(cycle, range(32))) == [str(i).encode() for i in range(32)]
+
+
+def test_descriptors_above_1024_work():
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(held) > 1024
+        with Sandbox() as sb:
+            assert sb.exec("echo hi").stdout == b"hi\n"
+            assert sb.shell().run("echo sh").stdout == b"sh\n"
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def test_a_failed_start_leaves_no_process(monkeypatch):
+    """A jail that dies or hangs half-way through its setup must not leave any process behind."""
+    import signal as sig
+
+    import sandboxlite.sandbox as mod
+
+    seen = {}
+    real = mod.Sandbox._read_child_pid
+
+    def inject(fault):
+        def read_then_fault(self, info_r):
+            pid = real(self, info_r)
+            seen["init"], seen["bwrap"] = pid, self._bwrap_pid
+            fault(self, pid)
+            return pid
+
+        monkeypatch.setattr(mod.Sandbox, "_read_child_pid", read_then_fault)
+
+    def gone(pid):
+        deadline = time.monotonic() + 5
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return not alive(pid)
+
+    # 1. the jail's init hangs during setup (stopped): the start times out and kills it
+    monkeypatch.setattr(mod, "START_TIMEOUT_S", 0.5)
+    inject(lambda self, pid: os.kill(pid, sig.SIGSTOP))
+    with pytest.raises(SandboxError):
+        Sandbox()
+    assert gone(seen["init"]) and gone(seen["bwrap"])
+
+    # 2. bwrap itself is killed during setup and the init hangs: same
+    inject(lambda self, pid: (os.kill(pid, sig.SIGSTOP), os.kill(self._bwrap_pid, sig.SIGKILL)))
+    with pytest.raises(SandboxError):
+        Sandbox()
+    assert gone(seen["init"]) and gone(seen["bwrap"])

@@ -85,9 +85,11 @@ class Channel:
 
     def _wait_writable(self) -> None:
         # keep reading while we wait, so a chatty executor cannot deadlock us
-        r, _, _ = select.select([self.sock], [self.sock], [], 1.0)
-        if r:
-            self.pump()
+        p = select.poll()
+        p.register(self.sock.fileno(), select.POLLIN | select.POLLOUT)
+        for _fd, ev in p.poll(1000):
+            if ev & (select.POLLIN | select.POLLHUP):
+                self.pump()
 
     # -- receiving -----------------------------------------------------------
     def pump(self) -> bool:
@@ -159,8 +161,9 @@ class Channel:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             if timeout == 0.0:
                 raise TimeoutError("no reply from the sandbox's executor")
-            r, _, _ = select.select([self.sock], [], [], timeout)
-            if r:
+            p = select.poll()
+            p.register(self.sock.fileno(), select.POLLIN)
+            if p.poll(None if timeout is None else int(timeout * 1000) + 1):
                 self.pump()
 
     def discard(self, id_: int) -> None:

@@ -137,6 +137,13 @@ def _raise_nofile() -> None:
             pass
 
 
+def _wait_readable(fd: int, timeout_s: float) -> bool:
+    """poll(2) one descriptor (select(2) fails on descriptors >= 1024)."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(max(0, int(timeout_s * 1000))))
+
+
 def _diagnose(stderr: str, config: SandboxConfig) -> SandboxError:
     """Turn bwrap's complaint into an error that says what to do."""
     s = stderr.strip()
@@ -221,7 +228,7 @@ class Sandbox:
         parent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         sec_fd = seccomp.filter_fd()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        info_r, info_w = os.pipe2(os.O_CLOEXEC) if use_cgroup else (None, None)
+        info_r, info_w = os.pipe2(os.O_CLOEXEC)
         fds = bwrap.JailFds(ctrl=child.fileno(), executor=exe_fd, seccomp=sec_fd, info=info_w)
         argv = bwrap.build_argv(config, plan, fds, info, rlimits)
         self.argv = argv
@@ -234,7 +241,7 @@ class Sandbox:
                 (os.POSIX_SPAWN_DUP2, fds.ctrl, fds.ctrl),
                 (os.POSIX_SPAWN_DUP2, fds.executor, fds.executor),
                 (os.POSIX_SPAWN_DUP2, fds.seccomp, fds.seccomp),
-                *([(os.POSIX_SPAWN_DUP2, info_w, info_w)] if info_w is not None else []),
+                (os.POSIX_SPAWN_DUP2, info_w, info_w),
             ]
             path, spawn_argv = info.path, argv
             if self.host_ids is not None:  # drop to the unprivileged uid, then exec bwrap
@@ -248,56 +255,77 @@ class Sandbox:
                 raise SetupError(f"could not run {info.path}: {e}", hint="apt-get install bubblewrap") from None
         except BaseException:
             os.close(err_r)
-            if info_r is not None:
-                os.close(info_r)
+            os.close(info_r)
             parent.close()
             raise
         finally:
             os.close(err_w)
             os.close(sec_fd)
             child.close()
-            if info_w is not None:
-                os.close(info_w)
+            os.close(info_w)
 
         self._bwrap_pid = pid
         self._bwrap_status: int | None = None
         self._pidfd = os.pidfd_open(pid)
+        self._init_pidfd: int | None = None  # the jail's init (bwrap's child, then the executor)
         self._err_r = err_r
         self._chan = Channel(parent)
         self._closed = False
-        if use_cgroup:
-            # while bwrap sets up the mounts: create the cgroup, learn the jail's pid from
-            # --info-fd and move it in (slow on cgroup v1: it waits for an RCU grace period).
-            # The executor forks nothing before its first request, so nothing escapes.
-            # (info_r stays open until hello: bwrap may still be writing the rest of the
-            # JSON, and a closed pipe would kill it with SIGPIPE)
-            try:
-                self._attach_cgroup(support, info_r)  # type: ignore[arg-type]
-            except BaseException:
-                os.close(info_r)  # type: ignore[arg-type]
-                self._teardown()
-                raise
+        try:
+            self._boot(info_r, support if use_cgroup else None)
+        except BaseException:
+            # whatever went wrong (even KeyboardInterrupt), nothing of this jail may outlive it
+            self._teardown()
+            raise
+        finally:
+            os.close(info_r)  # only now: bwrap may still be writing the rest of its JSON
+        self._started_at = time.monotonic()
+
+    def _boot(self, info_r: int, support: cgroups.Support | None) -> None:
+        """Wait for the jail to come up: learn its pid, place it in its cgroup, get the hello."""
+        init_pid = self._read_child_pid(info_r)
+        try:
+            self._init_pidfd = os.pidfd_open(init_pid)
+        except ProcessLookupError:  # already gone: the hello wait below reports why
+            pass
+        if support is not None:
+            # while bwrap sets up the mounts: create the cgroup and move the jail's init
+            # in (slow on cgroup v1: it waits for an RCU grace period).  The executor
+            # forks nothing before its first request, so nothing escapes the cgroup.
+            self._attach_cgroup(support, init_pid)
         try:
             hello = self._chan.wait(0, time.monotonic() + START_TIMEOUT_S)
         except (SandboxCrashed, TimeoutError):
-            msg = self._read_stderr(wait=True)
-            self._teardown()
-            raise _diagnose(msg, config) from None
-        finally:
-            if info_r is not None:
-                os.close(info_r)
-        parent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
+            raise _diagnose(self._read_stderr(wait=True), self.config) from None
+        self._chan.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
         if hello.type != "H" or not hello.payload.startswith(b"sandboxlite-executor"):
-            self._teardown()
             raise SandboxCrashed(f"unexpected greeting from the executor: {hello!r}")
         peer = self._chan.peer_pid
+        if peer != init_pid:
+            raise SandboxCrashed(f"the executor's pid {peer} is not the jail's init {init_pid}")
         if self._cgroup is not None and peer not in self._cgroup.pids():
-            self._teardown()
             raise SandboxCrashed(f"the executor (pid {peer}) is not in its cgroup")
         self._executor_pid = peer
-        self._started_at = time.monotonic()
 
-    def _attach_cgroup(self, support: cgroups.Support, info_r: int) -> None:
+    def _read_child_pid(self, info_r: int) -> int:
+        """bwrap writes {"child-pid": N, ...} to --info-fd right after it clones the jail's init."""
+        data = b""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        complete = re.compile(rb'"child-pid"\s*:\s*(\d+)\D')
+        poller = select.poll()
+        poller.register(info_r, select.POLLIN)
+        while not complete.search(data):
+            ready = poller.poll(max(0, int((deadline - time.monotonic()) * 1000)))
+            chunk = os.read(info_r, 4096) if ready else b""
+            if not chunk:
+                break
+            data += chunk
+        m = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
+        if m is None:  # bwrap died (its stderr says why) or hung
+            raise _diagnose(self._read_stderr(wait=True), self.config)
+        return int(m.group(1))
+
+    def _attach_cgroup(self, support: cgroups.Support, pid: int) -> None:
         lim = self.config.limits
         mem = lim.memory_mb * bwrap.MiB if lim.memory_mb is not None else None
         try:
@@ -307,21 +335,8 @@ class Sandbox:
                 f"could not create the sandbox's cgroup: {e}",
                 hint="run `sandboxlite doctor`, or open the sandbox with cgroups='off'",
             ) from None
-        # bwrap writes {"child-pid": N, ...} right after it clones the jail's init
-        data = b""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        complete = re.compile(rb'"child-pid"\s*:\s*(\d+)\D')
-        while not complete.search(data):
-            r, _, _ = select.select([info_r], [], [], max(0.0, deadline - time.monotonic()))
-            chunk = os.read(info_r, 4096) if r else b""
-            if not chunk:
-                break
-            data += chunk
-        m = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
-        if m is None:  # bwrap died (its stderr says why) or hung
-            raise _diagnose(self._read_stderr(wait=True), self.config)
         try:
-            self._cgroup.attach(int(m.group(1)))
+            self._cgroup.attach(pid)
         except OSError as e:
             raise SetupError(f"could not move the sandbox into its cgroup: {e}") from None
 
@@ -336,7 +351,7 @@ class Sandbox:
             except BlockingIOError:
                 if not wait or time.monotonic() > deadline:
                     break
-                select.select([self._err_r], [], [], max(0.0, deadline - time.monotonic()))
+                _wait_readable(self._err_r, deadline - time.monotonic())
                 continue
             if not chunk or len(out) > _READ:
                 break
@@ -349,20 +364,32 @@ class Sandbox:
         if self._chan is not None:
             self._chan.close()  # executor sees EOF and exits: the PID namespace dies with it
         if self._bwrap_status is None:
-            r, _, _ = select.select([self._pidfd], [], [], 2.0)
-            if not r:  # a wedged jail: kill it outright
-                for p in (getattr(self, "_executor_pid", None), self._bwrap_pid):
-                    if p:
-                        try:
-                            os.kill(p, signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
+            if not _wait_readable(self._pidfd, 2.0):  # a wedged jail: kill it outright
+                self._kill_init()
+                try:
+                    os.kill(self._bwrap_pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             _, self._bwrap_status = os.waitpid(self._bwrap_pid, 0)
+            # bwrap waits for its child, except when it died early: then the child may be
+            # stuck half-way through its setup, and must not outlive us
+            if self._init_pidfd is not None and not _wait_readable(self._init_pidfd, 0):
+                self._kill_init()
             os.close(self._pidfd)
             os.close(self._err_r)
+            if self._init_pidfd is not None:
+                os.close(self._init_pidfd)
+                self._init_pidfd = None
         if self._cgroup is not None:
             self._cgroup.destroy()
             self._cgroup = None
+
+    def _kill_init(self) -> None:
+        if self._init_pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def close(self) -> None:
         """Kill every process in the sandbox and release it.  Idempotent."""
