@@ -233,17 +233,16 @@ static int sweep(pid_t root, pid_t spare, pid_t floor) {
   return killed;
 }
 
-static void mirror_exit(int status) {
-  if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
-  int sig = WTERMSIG(status);
-  signal(sig, SIG_DFL);
-  sigset_t s;
-  sigemptyset(&s);
-  sigaddset(&s, sig);
-  sigprocmask(SIG_UNBLOCK, &s, NULL);
-  prctl(PR_SET_DUMPABLE, 0); /* no core file */
-  raise(sig);
-  _exit(128 + sig);
+/* S reports the command's wait status to the host itself (one hop less than
+ * going through the executor), then exits 0, which tells the executor that
+ * the report was made.  Any other end of S makes the executor report. */
+static uint32_t s_id;
+
+static void report_exit(int status) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%d", status);
+  send_str('X', s_id, buf);
+  _exit(0);
 }
 
 /* The supervisor S of one command.  It never returns. */
@@ -261,13 +260,13 @@ static void supervise(pid_t cmd) {
       int st;
       pid_t p = waitpid(-1, &st, WNOHANG | __WALL);
       if (p <= 0) {
-        if (p < 0 && errno == ECHILD && killing_all) mirror_exit(cmd_done ? cmd_status : SIGKILL);
+        if (p < 0 && errno == ECHILD && killing_all) report_exit(cmd_done ? cmd_status : SIGKILL);
         break;
       }
       if (p == cmd) {
         cmd_status = st;
         cmd_done = 1;
-        if (!killing_all) mirror_exit(st); /* background children go to PID 1 */
+        if (!killing_all) report_exit(st); /* background children go to PID 1 */
       }
     }
     if (killing_all) {
@@ -296,7 +295,7 @@ static void supervise(pid_t cmd) {
           if (p == cmd) {
             cmd_status = st;
             cmd_done = 1;
-            mirror_exit(st);
+            report_exit(st);
           }
         }
         quiet = n == 0 ? quiet + 1 : 0;
@@ -390,7 +389,8 @@ static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds
     pid_t c = vfork();
     if (c < 0) {
       dprintf(want[2] >= 0 ? want[2] : 2, "sandboxlite: fork: %s\n", strerror(errno));
-      _exit(126);
+      s_id = id;
+      report_exit(126 << 8);
     }
     if (c == 0) {
       /* C: the command */
@@ -416,7 +416,10 @@ static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds
       dprintf(2, "sandboxlite: %s: %s\n", av[0], err == ENOENT ? "command not found" : strerror(err));
       _exit(err == ENOENT ? 127 : 126);
     }
-    syscall(SYS_close_range, 0, ~0U, 0);
+    /* S keeps only the control socket */
+    if (ctrl > 0) syscall(SYS_close_range, 0, (unsigned)ctrl - 1, 0);
+    syscall(SYS_close_range, (unsigned)ctrl + 1, ~0U, 0);
+    s_id = id;
     supervise(c);
   }
   free(f), free(env), free(av);
@@ -577,9 +580,11 @@ static void reap(void) {
     if (p <= 0) return;
     for (size_t i = 0; i < n_children; i++)
       if (children[i].pid == p) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "%d", st);
-        send_str('X', children[i].id, buf);
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) { /* S did not get to report */
+          char buf[32];
+          snprintf(buf, sizeof buf, "%d", st);
+          send_str('X', children[i].id, buf);
+        }
         children[i] = children[--n_children];
         break;
       }
