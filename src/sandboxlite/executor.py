@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -23,10 +24,6 @@ from .errors import SetupError
 SOURCE = "executor.c"
 
 
-def _source() -> bytes:
-    return resources.files("sandboxlite._executor").joinpath(SOURCE).read_bytes()
-
-
 def _compiler() -> str | None:
     for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if cc and shutil.which(cc):
@@ -34,39 +31,63 @@ def _compiler() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
-def executor_path() -> Path:
-    """Path of the compiled executor, building it on first use."""
-    src = _source()
-    digest = hashlib.sha256(src).hexdigest()[:16]
-    target = paths.ensure_dir(paths.home() / "bin") / f"sandboxlite-executor-{digest}"
+def _build(source: str, name: str, flag_sets: list[list[str]]) -> Path:
+    """Compile ``source`` once per content hash into ``$SANDBOXLITE_HOME/bin/NAME-HASH``."""
+    src = resources.files("sandboxlite._executor").joinpath(source).read_bytes()
+    digest = hashlib.sha256(src + repr(flag_sets).encode()).hexdigest()[:16]
+    target = paths.ensure_dir(paths.home() / "bin") / f"{name}-{digest}"
     if target.is_file() and os.access(target, os.X_OK):
         return target
     cc = _compiler()
     if cc is None:
         raise SetupError(
-            "no C compiler found to build the sandbox executor (a 600-line C file, built once)",
+            "no C compiler found to build the sandbox executor (a small C file, built once)",
             hint="apt-get install gcc libc6-dev   (or set CC)",
         )
     with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
-        c_file = Path(tmp) / SOURCE
+        c_file = Path(tmp) / source
         c_file.write_bytes(src)
-        out = Path(tmp) / "executor"
+        out = Path(tmp) / name
         errors = []
-        for extra in (["-static"], []):  # static first: runs over any rootfs
-            cmd = [cc, "-O2", "-std=gnu11", *extra, "-o", str(out), str(c_file)]
+        for flags in flag_sets:
+            cmd = [cc, *flags, "-o", str(out), str(c_file)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode == 0:
                 break
             errors.append(f"$ {' '.join(cmd)}\n{proc.stderr.strip()}")
         else:
             raise SetupError(
-                "could not compile the sandbox executor:\n" + "\n".join(errors),
+                f"could not compile {source}:\n" + "\n".join(errors),
                 hint="apt-get install gcc libc6-dev",
             )
         os.chmod(out, 0o755)
         os.replace(out, target)  # atomic: concurrent builders are fine
     return target
+
+
+@functools.lru_cache(maxsize=1)
+def executor_path() -> Path:
+    """Path of the compiled executor, building it on first use (static first: runs over any rootfs)."""
+    base = ["-O2", "-std=gnu11"]
+    return _build(SOURCE, "sandboxlite-executor", [[*base, "-static"], base])
+
+
+@functools.lru_cache(maxsize=1)
+def launcher() -> tuple[Path, list[str]]:
+    """How a root caller starts bwrap as an unprivileged uid: (program, argv prefix).
+
+    On x86_64 a libc-free launcher (glibc's static start-up probes the CPU, which
+    costs ~0.3 ms on VMs where CPUID traps); elsewhere the executor's launch mode.
+    """
+    if platform.machine() == "x86_64":
+        flags = ["-O2", "-static", "-nostdlib", "-ffreestanding", "-fno-stack-protector", "-fno-builtin",
+                 "-fno-pie", "-no-pie"]
+        try:
+            path = _build("launcher_x86_64.c", "sandboxlite-launcher", [flags])
+            return path, ["sandboxlite-launcher"]
+        except SetupError:
+            pass
+    return executor_path(), ["sandboxlite-executor", "launch"]
 
 
 def is_static(path: Path) -> bool:

@@ -245,8 +245,9 @@ class Sandbox:
             ]
             path, spawn_argv = info.path, argv
             if self.host_ids is not None:  # drop to the unprivileged uid, then exec bwrap
-                path = str(executor.executor_path())
-                spawn_argv = ["sandboxlite-launch", "launch", str(self.host_ids[0]), str(self.host_ids[1]), *argv]
+                prog, prefix = executor.launcher()
+                path = str(prog)
+                spawn_argv = [*prefix, str(self.host_ids[0]), str(self.host_ids[1]), *argv]
             try:
                 pid = os.posix_spawn(
                     path, spawn_argv, {}, file_actions=actions, setsid=True, setsigdef=_DEFAULT_SIGNALS
