@@ -35,3 +35,23 @@ def test_refuses_root_and_garbage(args):
 def test_reports_a_missing_program():
     r = launch("65534", "65534", "/no/such/program")
     assert r.returncode == 111 and "cannot execute" in r.stderr
+
+
+def test_joins_cgroups_before_dropping_privileges():
+    from sandboxlite import cgroups
+
+    support = cgroups.detect()
+    if support.kind != "v1":
+        pytest.fail(f"root, but cgroup v1 pids/memory are unusable: {support.reason}")
+    cg = cgroups.Cgroup.create(support, 64 << 20, 16)
+    try:
+        args = [x for f in cg.tasks_files() for x in ("-t", f)]
+        r = launch(*args, "65534", "65534", "/bin/cat", "/proc/self/cgroup")
+        assert r.returncode == 0, r.stderr
+        name = cg.dirs[0].name
+        lines = [line for line in r.stdout.splitlines() if ":pids:" in line or ":memory:" in line]
+        assert len(lines) == 2 and all(line.endswith(f"/sandboxlite/{name}") for line in lines), r.stdout
+        r = launch("-t", "/nonexistent/tasks", "65534", "65534", "/bin/true")
+        assert r.returncode == 111 and "cgroup" in r.stderr
+    finally:
+        cg.destroy()

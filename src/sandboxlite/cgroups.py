@@ -181,6 +181,10 @@ class Cgroup:
             raise
         return cls(dirs, (support.kind, memory_bytes, pids))
 
+    def tasks_files(self) -> list[str]:
+        """cgroup v1 ``tasks`` files: a thread that writes "0" there joins without the global lock."""
+        return [str(d / "tasks") for d in self.dirs]
+
     def attach(self, pid: int) -> None:
         for d in self.dirs:
             (d / "cgroup.procs").write_text(str(pid))

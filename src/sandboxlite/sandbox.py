@@ -224,6 +224,12 @@ class Sandbox:
             nproc_enforced=True,  # the jail's uid is never host root, so RLIMIT_NPROC binds
         )
 
+        # A root caller's launcher joins cgroup v1 groups itself, before it executes bwrap
+        # (cheap: see launcher_x86_64.c); otherwise the jail's init is attached from here.
+        join_early = use_cgroup and self.host_ids is not None and support.kind == "v1"
+        if join_early:
+            self._create_cgroup(support)
+
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         parent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         sec_fd = seccomp.filter_fd()
@@ -247,7 +253,8 @@ class Sandbox:
             if self.host_ids is not None:  # drop to the unprivileged uid, then exec bwrap
                 prog, prefix = executor.launcher()
                 path = str(prog)
-                spawn_argv = [*prefix, str(self.host_ids[0]), str(self.host_ids[1]), *argv]
+                joins = [x for f in self._cgroup.tasks_files() for x in ("-t", f)] if join_early else []
+                spawn_argv = [*prefix, *joins, str(self.host_ids[0]), str(self.host_ids[1]), *argv]
             try:
                 pid = os.posix_spawn(
                     path, spawn_argv, {}, file_actions=actions, setsid=True, setsigdef=_DEFAULT_SIGNALS
@@ -258,6 +265,9 @@ class Sandbox:
             os.close(err_r)
             os.close(info_r)
             parent.close()
+            if self._cgroup is not None:
+                self._cgroup.destroy()
+                self._cgroup = None
             raise
         finally:
             os.close(err_w)
@@ -273,7 +283,7 @@ class Sandbox:
         self._chan = Channel(parent)
         self._closed = False
         try:
-            self._boot(info_r, support if use_cgroup else None)
+            self._boot(info_r, support if use_cgroup and not join_early else None)
         except BaseException:
             # whatever went wrong (even KeyboardInterrupt), nothing of this jail may outlive it
             self._teardown()
@@ -327,6 +337,14 @@ class Sandbox:
         return int(m.group(1))
 
     def _attach_cgroup(self, support: cgroups.Support, pid: int) -> None:
+        self._create_cgroup(support)
+        assert self._cgroup is not None
+        try:
+            self._cgroup.attach(pid)
+        except OSError as e:
+            raise SetupError(f"could not move the sandbox into its cgroup: {e}") from None
+
+    def _create_cgroup(self, support: cgroups.Support) -> None:
         lim = self.config.limits
         mem = lim.memory_mb * bwrap.MiB if lim.memory_mb is not None else None
         try:
@@ -336,10 +354,6 @@ class Sandbox:
                 f"could not create the sandbox's cgroup: {e}",
                 hint="run `sandboxlite doctor`, or open the sandbox with cgroups='off'",
             ) from None
-        try:
-            self._cgroup.attach(pid)
-        except OSError as e:
-            raise SetupError(f"could not move the sandbox into its cgroup: {e}") from None
 
     def _read_stderr(self, wait: bool = False) -> str:
         """bwrap's own stderr (only read when something went wrong, or at close)."""

@@ -693,10 +693,18 @@ static void apply_rlimit(const char *spec) {
   }
 }
 
-/* Launcher mode, for a root caller: "launch UID GID PROGRAM ARGS..." drops
- * to an unprivileged uid/gid (no supplementary groups), then executes bwrap,
- * so that uid 0 inside the sandbox is never the host's root. */
+/* Launcher mode, for a root caller: "launch [-t TASKS]... UID GID PROGRAM
+ * ARGS..." joins the cgroup v1 groups (see launcher_x86_64.c), drops to an
+ * unprivileged uid/gid (no supplementary groups), then executes bwrap, so
+ * that uid 0 inside the sandbox is never the host's root. */
 static int launch(int argc, char **argv) {
+  while (argc >= 4 && strcmp(argv[2], "-t") == 0) {
+    int fd = open(argv[3], O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "0", 1) != 1) die(argv[3]);
+    close(fd);
+    argv += 2;
+    argc -= 2;
+  }
   if (argc < 5) {
     dprintf(2, "sandboxlite-executor: launch UID GID PROGRAM ARGS...\n");
     return 111;
