@@ -15,7 +15,7 @@ A baseline that cannot run is reported as "not available: REASON", never
 dropped.  Results go to a table on stdout and a JSON file (schema
 "sandboxlite.bench.core/1"); see bench/README.md.
 
-    cd /work/main && .venv/bin/python bench/core.py [--rounds N] [--quick] [--json PATH] [--rootfs R]
+    .venv/bin/python bench/core.py [--rounds N] [--quick] [--json PATH] [--rootfs R]
 """
 
 from __future__ import annotations
@@ -255,6 +255,8 @@ class LeakCheck:
             for sb in obj if isinstance(obj, list) else [obj]:
                 if sb.executor_pid:
                     pids.add(sb.executor_pid)
+                if sb.bwrap_pid:  # a root caller's bwrap joins the cgroup too (the launcher)
+                    pids.add(sb.bwrap_pid)
         return pids
 
     def identity(self, pid: int | None) -> tuple[int, float] | None:

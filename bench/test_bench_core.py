@@ -1,6 +1,6 @@
 """pytest-benchmark versions of the core metrics (see bench/core.py for the full, interleaved run).
 
-    cd /work/main && .venv/bin/python -m pytest bench/ -q
+    .venv/bin/python -m pytest bench/ -q
 
 Rounds are kept modest so the whole file takes a few seconds.  These use
 pytest-benchmark's timing (no baselines, no interleaving); for the numbers that
