@@ -77,11 +77,21 @@ def test_missing_rootfs_errors_say_what_to_do(tmp_path):
         Sandbox(rootfs="no-such-image")
 
 
-def test_auto_prefers_a_built_image(tmp_path, monkeypatch, tiny_root):
-    monkeypatch.setenv("SANDBOXLITE_HOME", str(tmp_path))
+def test_auto_prefers_a_built_image(host_dir_factory, monkeypatch, tiny_root):
+    from sandboxlite.rootfs import manage
+
+    home = host_dir_factory("sandboxlite-home-")
+    monkeypatch.setenv("SANDBOXLITE_HOME", str(home))
     assert rootfs.resolve("auto").kind == "host"
+    # a tree without a manifest (an interrupted build) is not an image
     img = rootfs.image_root(rootfs.DEFAULT_PROFILE)
-    img.parent.mkdir(parents=True)
     shutil.copytree(tiny_root, img, symlinks=True)
+    assert rootfs.resolve("auto").kind == "host"
+    with pytest.raises(RootfsError, match="incomplete"):
+        rootfs.resolve(rootfs.DEFAULT_PROFILE)
+    shutil.rmtree(img.parent)
+    manage.adopt(tiny_root, rootfs.DEFAULT_PROFILE)
     plan = rootfs.resolve("auto")
     assert plan.kind == "dir" and plan.path == str(img)
+    with Sandbox() as sb:  # and the default sandbox now runs on it
+        assert sb.exec("cat /etc/marker").stdout == b"tiny image\n"

@@ -9,8 +9,9 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # bubblewrap: the jail; libseccomp2: the syscall filter; gcc + libc6-dev: the
-# executor (a small static C program built once); python3-venv: the virtualenv.
-PKGS=(bubblewrap libseccomp2 gcc libc6-dev python3-venv)
+# executor (a small static C program built once); python3-venv: the virtualenv;
+# mmdebstrap + uidmap + zstd: building, exporting and importing rootfs images.
+PKGS=(bubblewrap libseccomp2 gcc libc6-dev python3-venv mmdebstrap uidmap zstd)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -28,4 +29,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# the small "lean" image (Debian + python3, numpy, sympy; ~30 s, cached) that the tests use
+if ! .venv/bin/sandboxlite rootfs verify lean >/dev/null 2>&1; then
+  .venv/bin/sandboxlite rootfs build lean --force
+fi
 .venv/bin/sandboxlite doctor || true

@@ -94,5 +94,109 @@ def exec_(rootfs, mounts, timeout, network, envs, workdir, memory_mb, command) -
     sys.exit(result.exit_code)
 
 
+@main.group()
+def rootfs() -> None:
+    """Build and manage root filesystem images (profiles: lean, science, full)."""
+
+
+@rootfs.command("build")
+@click.argument("profile")
+@click.option("--force", is_flag=True, help="Replace an existing image of that name.")
+@click.option("--mirror", default=None, help="Debian mirror (default http://deb.debian.org/debian).")
+def rootfs_build(profile, force, mirror) -> None:
+    """Build the image for PROFILE with mmdebstrap (progress on stderr)."""
+    from .rootfs import build
+
+    try:
+        path = build.build(profile, force=force, **({"mirror": mirror} if mirror else {}))
+    except SandboxError as e:
+        _fail(e)
+        return
+    click.echo(str(path))
+
+
+@rootfs.command("list")
+def rootfs_list() -> None:
+    """The images on this machine."""
+    from .rootfs import manage
+
+    images = manage.list_images()
+    if not images:
+        click.echo("no images (build one: sandboxlite rootfs build lean)")
+    for img in images:
+        m = img.manifest
+        if "error" in m:
+            click.echo(f"{img.name:12} BROKEN: {m['error']}")
+            continue
+        size = m.get("size_bytes", 0) / (1 << 20)
+        click.echo(f"{img.name:12} {m.get('profile') or '-':10} {size:8.0f} MiB  {len(m.get('packages', {})):4} pkgs  "
+                   f"built {m.get('built_at', '?')}  {m.get('digest', '')[:19]}")  # fmt: skip
+
+
+@rootfs.command("verify")
+@click.argument("name")
+def rootfs_verify(name) -> None:
+    """Recompute NAME's digest; list the files that changed."""
+    from .rootfs import manage
+
+    try:
+        v = manage.verify(name)
+    except SandboxError as e:
+        _fail(e)
+        return
+    if v.ok:
+        click.echo(f"{name}: ok ({v.actual})")
+        return
+    click.echo(f"{name}: MODIFIED (digest {v.actual}, expected {v.expected})")
+    for label, paths in (("changed", v.changed), ("added", v.added), ("removed", v.removed)):
+        for p in paths[:50]:
+            click.echo(f"  {label}: /{p}")
+        if len(paths) > 50:
+            click.echo(f"  ... and {len(paths) - 50} more {label}")
+    click.echo(f"Hint: rebuild it: sandboxlite rootfs build {name} --force", err=True)
+    sys.exit(1)
+
+
+@rootfs.command("export")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False))
+def rootfs_export(name, file) -> None:
+    """Write NAME to FILE (.tar.zst) for other machines."""
+    from .rootfs import manage
+
+    try:
+        click.echo(str(manage.export(name, file)))
+    except SandboxError as e:
+        _fail(e)
+
+
+@rootfs.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--name", default=None, help="Install under this name (default: the exported name).")
+@click.option("--force", is_flag=True, help="Replace an existing image of that name.")
+def rootfs_import(file, name, force) -> None:
+    """Install an exported image after checking its digest."""
+    from .rootfs import manage
+
+    try:
+        info = manage.import_(file, name, force=force)
+    except SandboxError as e:
+        _fail(e)
+        return
+    click.echo(f"{info.name}: imported, digest {info.manifest['digest']}")
+
+
+@rootfs.command("rm")
+@click.argument("name")
+def rootfs_rm(name) -> None:
+    """Delete image NAME."""
+    from .rootfs import manage
+
+    try:
+        manage.remove(name)
+    except SandboxError as e:
+        _fail(e)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

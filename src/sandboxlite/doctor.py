@@ -127,8 +127,7 @@ def check_rootfs() -> Check:
         return Check(
             "rootfs", "warn",
             "no built image; sandboxes use the host's /usr read-only (rootfs='host')",
-            "for a self-contained root, pass rootfs=DIR with a Debian tree (e.g. made by mmdebstrap), "
-            f"or install one at {rootfs.image_root(rootfs.DEFAULT_PROFILE)}",
+            f"build the default image (about a minute): sandboxlite rootfs build {rootfs.DEFAULT_PROFILE}",
         )  # fmt: skip
     return Check("rootfs", "ok", f"{plan.name} ({plan.path})")
 

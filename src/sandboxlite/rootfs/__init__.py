@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import paths
-from .errors import RootfsError
+from .. import paths
+from ..errors import RootfsError
 
 DEFAULT_PROFILE = "science"
 
@@ -110,7 +110,7 @@ def resolve(spec: str) -> RootfsPlan:
     """Turn a rootfs spec (``auto``, ``host``, an image name, a directory) into a plan."""
     if spec == "auto":
         root = image_root(DEFAULT_PROFILE)
-        spec = str(root) if (root / "usr").is_dir() else "host"
+        spec = DEFAULT_PROFILE if (root.parent / "manifest.json").is_file() else "host"
     if spec == "host":
         return host_plan()
     if "/" not in spec:
@@ -118,7 +118,12 @@ def resolve(spec: str) -> RootfsPlan:
         if not root.is_dir():
             raise RootfsError(
                 f"no rootfs image named {spec!r} in {images_dir()}",
-                hint=f"put a root filesystem tree at {root}, or use rootfs='host'",
+                hint=f"build it: sandboxlite rootfs build {spec}   (or import one: sandboxlite rootfs import FILE)",
+            )
+        if not (root.parent / "manifest.json").is_file():
+            raise RootfsError(
+                f"rootfs image {spec!r} is incomplete (no manifest.json)",
+                hint=f"sandboxlite rootfs rm {spec} && sandboxlite rootfs build {spec}",
             )
         return dir_plan(str(root), name=spec)
     return dir_plan(spec)

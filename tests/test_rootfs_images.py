@@ -1,0 +1,153 @@
+"""Built images: profiles, the mmdebstrap plan, manifests, verify, export/import, and the real lean image."""
+
+import json
+import os
+import stat
+import subprocess
+
+import pytest
+
+from sandboxlite import RootfsError, Sandbox
+from sandboxlite.rootfs import build, manage
+
+from .test_rootfs import tiny_root  # noqa: F401  (fixture)
+
+
+# -- profiles and the build plan (pure) ---------------------------------------------------------
+def test_profiles_extend_each_other():
+    assert build.profile_names() == ["full", "lean", "science"]
+    lean, science, full = (build.load_profile(n) for n in ("lean", "science", "full"))
+    assert {"python3", "python3-numpy", "python3-sympy"} <= set(lean.packages)
+    assert set(lean.packages) < set(science.packages) < set(full.packages)
+    assert {"python3-scipy", "python3-matplotlib", "python3-mpmath", "ipython3", "python3-chardet",
+            "python3-pandas", "git", "curl", "wget", "ca-certificates"} <= set(science.packages)
+    assert "build-essential" in full.packages and "build-essential" not in science.packages
+    assert "matplotlib-cache" in science.hooks and "matplotlib-cache" not in lean.hooks
+
+
+def test_unknown_profile_names_the_choices():
+    with pytest.raises(RootfsError) as e:
+        build.load_profile("huge")
+    assert "lean" in str(e.value) and "science" in str(e.value)
+
+
+@pytest.mark.parametrize("mode", ["root", "unshare"])
+def test_mmdebstrap_plan(mode):
+    p = build.load_profile("science")
+    argv = build.mmdebstrap_argv(p, "/img/root.tar", mode=mode, mirror="http://m/debian")
+    assert argv[0] == "mmdebstrap" and f"--mode={mode}" in argv and "--format=tar" in argv
+    assert argv[-3:] == ["bookworm", "/img/root.tar", "http://m/debian"]
+    include = next(a for a in argv if a.startswith("--include="))[len("--include="):].split(",")
+    assert include == list(p.packages)
+    hooks = [a for a in argv if a.startswith("--customize-hook=")]
+    assert any("-perm /6000" in h and "chmod ug-s" in h for h in hooks)  # no setuid binaries
+    assert any("testbed/input" in h and "testbed/output" in h for h in hooks)
+    assert any("matplotlib" in h for h in hooks)
+
+
+# -- manifest, verify, export/import, rm (on a small adopted tree) ------------------------------
+@pytest.fixture
+def home(host_dir_factory, monkeypatch):
+    h = host_dir_factory("sandboxlite-home-")
+    monkeypatch.setenv("SANDBOXLITE_HOME", str(h))
+    return h
+
+
+def test_adopt_verify_modify_export_import_rm(home, tiny_root, tmp_path):  # noqa: F811
+    info = manage.adopt(tiny_root, "tiny")
+    m = info.manifest
+    assert m["name"] == "tiny" and m["digest"].startswith("sha256:") and m["file_count"] > 5
+    assert [i.name for i in manage.list_images()] == ["tiny"]
+    assert manage.verify("tiny").ok
+
+    # a sandbox over the image never writes into it
+    with Sandbox(rootfs="tiny") as sb:
+        sb.exec("echo x > /etc/marker; echo y > /usr/bin/new; rm -f /usr/bin/cat; true")
+    assert manage.verify("tiny").ok
+
+    # verify names what changed
+    root = info.path / "root"
+    (root / "etc/marker").write_text("tampered\n")
+    (root / "etc/extra").write_text("new\n")
+    os.unlink(root / "usr/bin/ls")
+    v = manage.verify("tiny")
+    assert not v.ok
+    assert v.changed == ["etc/marker"] and v.added == ["etc/extra"] and v.removed == ["usr/bin/ls"]
+    (root / "etc/marker").write_text("tiny image\n")
+    os.unlink(root / "etc/extra")
+    manage.remove("tiny")
+    info = manage.adopt(tiny_root, "tiny")
+
+    # export then import yields the same digest
+    archive = manage.export("tiny", tmp_path / "tiny.tar.zst")
+    assert archive.stat().st_size > 0
+    back = manage.import_(archive, "tiny2")
+    assert back.manifest["digest"] == info.manifest["digest"]
+    assert manage.verify("tiny2").ok
+    with pytest.raises(RootfsError, match="already exists"):
+        manage.import_(archive, "tiny2")
+
+    # a damaged archive is refused and leaves nothing behind
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    subprocess.run(["tar", "--zstd", "-xf", str(archive), "-C", str(bad_dir)], check=True)
+    (bad_dir / "root/etc/marker").write_text("evil\n")
+    bad = tmp_path / "bad.tar.zst"
+    subprocess.run(["tar", "--zstd", "-C", str(bad_dir), "-cf", str(bad), "manifest.json", "files.tsv", "root"],
+                   check=True)
+    with pytest.raises(RootfsError, match="does not match its manifest"):
+        manage.import_(bad, "tiny3")
+    assert sorted(p.name for p in (home / "rootfs").iterdir()) == ["tiny", "tiny2"]
+
+    manage.remove("tiny2")
+    assert [i.name for i in manage.list_images()] == ["tiny"]
+    with pytest.raises(RootfsError, match="rootfs build"):
+        manage.verify("tiny2")
+
+
+def test_cli_rootfs_commands(home, tiny_root, tmp_path):  # noqa: F811
+    from click.testing import CliRunner
+
+    from sandboxlite.cli import main
+
+    manage.adopt(tiny_root, "tiny")
+    run = CliRunner().invoke
+    r = run(main, ["rootfs", "list"])
+    assert r.exit_code == 0 and "tiny" in r.stdout
+    assert run(main, ["rootfs", "verify", "tiny"]).exit_code == 0
+    (manage.image_dir("tiny") / "root/etc/marker").write_text("changed\n")
+    r = run(main, ["rootfs", "verify", "tiny"])
+    assert r.exit_code == 1 and "changed: /etc/marker" in r.stdout and "rootfs build" in r.stderr
+    r = run(main, ["rootfs", "rm", "tiny"])
+    assert r.exit_code == 0 and manage.list_images() == []
+    r = run(main, ["rootfs", "verify", "tiny"])
+    assert r.exit_code == 125 and "Hint:" in r.stderr
+
+
+# -- the real lean image (built by tools/setup.sh, as CI does) ------------------------------------
+@pytest.fixture(scope="module")
+def lean():
+    try:
+        d = manage.image_dir("lean")
+    except RootfsError as e:
+        pytest.fail(f"the lean image is missing ({e.message}); tools/setup.sh builds it: "
+                    ".venv/bin/sandboxlite rootfs build lean")
+    return d
+
+
+def test_lean_runs_python_with_numpy(lean):
+    with Sandbox(rootfs="lean") as sb:
+        r = sb.exec(["python3", "-c", "import numpy, sympy; print(numpy.arange(4).sum(), sympy.sqrt(8))"])
+        assert r.stdout == b"6 2*sqrt(2)\n", r
+        assert sb.info["rootfs"] == "lean" and sb.info["rootfs_kind"] == "dir"
+        assert sb.exec("test -d /testbed && test -w /testbed && test -w /tmp").exit_code == 0
+
+
+def test_lean_has_a_manifest_with_packages_and_no_setuid(lean):
+    m = json.loads((lean / "manifest.json").read_text())
+    assert m["profile"] == "lean" and "python3" in m["packages"] and m["build_seconds"] > 0
+    for dirpath, _dirs, files in os.walk(lean / "root"):
+        for f in files:
+            st = os.lstat(os.path.join(dirpath, f))
+            if stat.S_ISREG(st.st_mode):
+                assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID), os.path.join(dirpath, f)
