@@ -176,30 +176,32 @@ class RawBwrap:
         return rc, err
 
 
-# bwrap options that only pass descriptors between sandboxlite and bwrap (no isolation effect):
-# the raw baseline has no use for them (--seccomp is kept, with a fresh filter fd)
-PLUMBING_FD_OPTIONS = ("--info-fd", "--json-status-fd", "--sync-fd", "--block-fd", "--userns-block-fd")
+def reference_bwrap_prefix(config, plan, info) -> list[str]:
+    """What a user would hand to bwrap for the isolation sandboxlite gives (the same namespaces,
+    no capabilities, the same seccomp filter, the same read-only root and the same size-capped
+    tmpfs), with SECCOMP_FD as a placeholder.  sandboxlite itself lets its executor build the
+    writable mounts (so that reset can rebuild them), so its argv differs from this one."""
+    from sandboxlite import bwrap
 
-
-def _strip_executor(argv: list[str]) -> tuple[list[str], int]:
-    """argv up to the executor (the last '/proc/self/fd/N') without descriptor plumbing, and the
-    index of --seccomp's value."""
-    idx = max(i for i, a in enumerate(argv) if a.startswith("/proc/self/fd/"))
-    prefix: list[str] = []
-    i = 0
-    while i < idx:
-        if argv[i] in PLUMBING_FD_OPTIONS:
-            i += 2
-            continue
-        prefix.append(argv[i])
-        i += 1
-    sec = prefix.index("--seccomp") + 1
-    prefix[sec] = "SECCOMP_FD"
-    return prefix, sec
+    lim = config.limits
+    a = [info.path, *bwrap.NAMESPACE_FLAGS, "--unshare-net"]
+    if info.disable_userns:
+        a.append("--disable-userns")
+    a += ["--uid", "0", "--gid", "0", "--hostname", config.hostname, "--new-session", "--as-pid-1",
+          "--cap-drop", "ALL", "--clearenv", "--seccomp", "SECCOMP_FD", "--chdir", "/"]  # fmt: skip
+    for src, dst in plan.binds:
+        a += ["--ro-bind", src, dst]
+    for target, path in plan.symlinks:
+        a += ["--symlink", target, path]
+    a += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+    for path, mb in (("/dev/shm", lim.tmp_mb), ("/tmp", lim.tmp_mb), ("/root", lim.tmp_mb), ("/testbed", lim.testbed_mb)):
+        a += ["--size", str(mb << 20), "--tmpfs", path]
+    a += ["--remount-ro", "/"]
+    return a
 
 
 def make_raw_bwrap(rootfs_spec: str, live_argv: list[str] | None) -> RawBwrap:
-    """Build the baseline's argv with sandboxlite.bwrap.build_argv (checked against sb.argv)."""
+    """The raw-bwrap baseline: bwrap alone, with flags equivalent to sandboxlite's isolation."""
     from sandboxlite import bwrap, rootfs
     from sandboxlite.config import SandboxConfig
 
@@ -207,21 +209,10 @@ def make_raw_bwrap(rootfs_spec: str, live_argv: list[str] | None) -> RawBwrap:
     config = SandboxConfig(rootfs=rootfs_spec)
     plan = rootfs.resolve(config.rootfs)
     try:
-        fds = bwrap.JailFds(ctrl=1000, executor=1001, seccomp=1002)  # numbers only: nothing is opened
-        built = bwrap.build_argv(config, plan, fds, info, [])
-        prefix, sec = _strip_executor(built)
-        source = "sandboxlite.bwrap.build_argv"
-    except Exception as e:  # the signature moved under us: fall back to the live sandbox's argv
-        if live_argv is None:
-            raise Unavailable(f"cannot build a bwrap argv: {_short(e)}") from None
-        prefix, sec = _strip_executor(live_argv)
-        return RawBwrap(info.path, prefix, sec, "Sandbox.argv", f"build_argv failed ({_short(e)})")
-    note = ""
-    if live_argv is not None:
-        live_prefix, _ = _strip_executor(live_argv)
-        if live_prefix != prefix:
-            note = "WARNING: build_argv prefix differs from the live Sandbox.argv; using build_argv"
-    return RawBwrap(info.path, prefix, sec, source, note)
+        prefix = reference_bwrap_prefix(config, plan, info)
+    except Exception as e:
+        raise Unavailable(f"cannot build a bwrap argv: {_short(e)}") from None
+    return RawBwrap(info.path, prefix, prefix.index("SECCOMP_FD"), "reference_bwrap_prefix")
 
 
 # --- the runtimes, one callable per (metric, runtime) ----------------------------------------------
@@ -395,14 +386,23 @@ def build_series(args, leak: LeakCheck, raw: RawBwrap | None, raw_reason: str,
     leak.live += [exec_sb, reset_sb, pending_close]
 
     def sl_reset() -> float:
-        ex = leak.identity(reset_sb.executor_pid)
-        bw = leak.identity(reset_sb.bwrap_pid)
-        cg = list(reset_sb.info.get("cgroup") or [])
+        # give reset some work (untimed): a background process and files in /tmp and /testbed
+        check(reset_sb.exec(["/bin/sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo x > /tmp/x; echo y > /testbed/y"]),
+              "setting up before reset")  # fmt: skip
+        try:
+            old = [leak.identity(p.pid) for p in leak.psutil.Process(reset_sb.executor_pid).children(recursive=True)]
+        except leak.psutil.Error:
+            old = []
         t0 = clock()
         reset_sb.reset()
         t1 = clock()
-        leak.verify("reset (old jail)", ex, bw, cg)
-        check(reset_sb.exec([TRUE]), f"{TRUE} after reset")
+        leak.checked += 1
+        stray = [i for i in old if leak.alive(i)]
+        if stray and len(leak.problems) < 20:
+            leak.problems.append(f"reset: processes of the old state still running: {[i[0] for i in stray]}")
+        after = reset_sb.exec(["/bin/sh", "-c", "find /tmp /testbed -mindepth 1"])
+        if after.stdout and len(leak.problems) < 20:
+            leak.problems.append(f"reset: files survived: {after.stdout!r}")
         return _ms(t1 - t0)
 
     def na(reason: str) -> tuple[None, str]:

@@ -26,13 +26,16 @@ def pairs(a, flag):
     return [a[i + 1] for i, x in enumerate(a) if x == flag]
 
 
-def test_all_namespaces_and_privileges_dropped():
+def test_all_namespaces_unshared_and_the_executor_gets_the_filter():
     a = argv()
     for flag in ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                  "--unshare-cgroup", "--disable-userns", "--new-session", "--as-pid-1", "--clearenv"):
         assert flag in a, flag
-    assert pairs(a, "--cap-drop") == ["ALL"]
-    assert pairs(a, "--seccomp") == ["9"]
+    # the executor keeps capabilities inside the sandbox's user namespace (to build and reset
+    # the filesystem); every command drops them and loads the seccomp filter it is handed
+    assert pairs(a, "--cap-add") == ["ALL"]
+    assert "--seccomp" not in a
+    assert "seccomp=9" in a[a.index("/proc/self/fd/8") :]
     assert "--share-net" not in a
     assert "--die-with-parent" not in a  # the executor dies on control-socket EOF instead (thread-safe)
 
@@ -47,7 +50,8 @@ def test_rootfs_read_only_and_jail_mounts():
     a = argv()
     assert ["--ro-bind", "/img/usr", "/usr"] == a[a.index("/img/usr") - 1 : a.index("/img/usr") + 2]
     assert pairs(a, "--symlink") == ["usr/bin"]
-    assert pairs(a, "--tmpfs") == ["/dev/shm", "/tmp", "/root", "/testbed"]
+    assert "--tmpfs" not in a  # the executor mounts /tmp, /testbed, /root, /dev/shm in each generation
+    assert pairs(a, "--dir") == ["/.sl/gen", "/tmp", "/root", "/testbed"]  # their mount points
     assert pairs(a, "--proc") == ["/proc"] and pairs(a, "--dev") == ["/dev"]
     # /proc/sys read-only right after /proc (bwrap itself leaves it writable)
     i = a.index("--proc")
@@ -60,9 +64,17 @@ def test_rootfs_read_only_and_jail_mounts():
 
 def test_tmpfs_sizes_follow_limits():
     a = argv(limits={"tmp_mb": 5, "testbed_mb": 7})
-    sizes = dict(zip(pairs(a, "--tmpfs"), pairs(a, "--size")))
-    assert sizes["/tmp"] == str(5 << 20)
-    assert sizes["/testbed"] == str(7 << 20)
+    tail = a[a.index("/proc/self/fd/8") :]
+    assert f"tmp={5 << 20}" in tail and f"testbed={7 << 20}" in tail
+
+
+def test_copy_on_write_root_over_an_image(tmp_path):
+    config = SandboxConfig(mounts=[f"{tmp_path}:/data:ro"], limits={"overlay_mb": 3})
+    a = build_argv(config, PLAN, FDS, INFO, [], lower="/img")
+    assert ["--ro-bind", "/img", "/.sl/lower"] == a[a.index("/.sl/lower") - 2 : a.index("/.sl/lower") + 1]
+    assert "/img/usr" not in a  # the image is reached through the overlay only
+    tail = a[a.index("/proc/self/fd/8") :]
+    assert {"lower=/.sl/lower", f"upper={3 << 20}", "bind=/data"} <= set(tail)
 
 
 def test_caller_mounts_in_depth_order(tmp_path):
@@ -73,21 +85,21 @@ def test_caller_mounts_in_depth_order(tmp_path):
 
 def test_testbed_mount_replaces_tmpfs(tmp_path):
     a = argv(mounts=[f"{tmp_path}:/testbed:rw"])
-    assert "/testbed" not in pairs(a, "--tmpfs")
+    assert "testbed=0" in a and "/testbed" not in pairs(a, "--dir")
 
 
-@pytest.mark.parametrize("workdir, expect", [("/work", "--tmpfs"), ("/tmp/w", "--dir"), ("/testbed/sub", "--dir")])
+@pytest.mark.parametrize("workdir, expect", [("/work", "wtmpfs"), ("/tmp/w", "mkdir"), ("/testbed/sub", "mkdir")])
 def test_workdir_is_writable(workdir, expect):
     a = argv(workdir=workdir)
-    i = len(a) - 1 - a[::-1].index(workdir)
-    assert a[i - 1] == expect
+    assert f"{expect}={workdir}" in a
+    assert (workdir in pairs(a, "--dir")) == (expect == "wtmpfs")  # a mount point on the read-only root
 
 
 def test_executor_gets_descriptors_and_rlimits():
     a = argv(limits={"cpu_s": 9, "fsize_mb": 1, "pids": 50, "nofile": 64, "memory_mb": 100})
     tail = a[a.index("/proc/self/fd/8") :]
-    assert tail[1:3] == ["ctrl=7", "exe=8"]
-    assert set(tail[3:]) == {"cpu=9", f"as={100 << 20}", f"fsize={1 << 20}", "nproc=50", "nofile=64", "core=0"}
+    assert tail[1:4] == ["ctrl=7", "exe=8", "seccomp=9"]
+    assert {"cpu=9", f"as={100 << 20}", f"fsize={1 << 20}", "nproc=50", "nofile=64", "core=0"} <= set(tail[4:])
 
 
 def test_rlimits_defer_to_cgroups_and_lift_with_none():
@@ -101,7 +113,7 @@ def test_old_bwrap_without_features():
     info = BwrapInfo(path="/b", version=(0, 8, 0), disable_userns=False, tmpfs_size=False)
     config = SandboxConfig()
     a = build_argv(config, PLAN, FDS, info, [])
-    assert "--disable-userns" not in a and "--size" not in a
+    assert "--disable-userns" not in a
 
 
 def test_argv_is_a_list_of_strings():

@@ -113,9 +113,19 @@ def build_argv(
     fds: JailFds,
     info: BwrapInfo,
     rlimits: list[str],
+    lower: str | None = None,
 ) -> list[str]:
-    """The complete bwrap command line for ``config`` (a pure function)."""
+    """The complete bwrap command line for ``config`` (a pure function).
 
+    bwrap builds the outer jail: namespaces, a read-only root, /proc (with
+    /proc/sys read-only) and /dev.  The executor keeps bwrap's capabilities
+    *inside* the sandbox's user namespace and builds the filesystem the
+    commands see (a "generation", rebuilt on reset): with ``lower`` (an image
+    directory) a copy-on-write overlay root, else a bind of the read-only
+    root; fresh size-capped tmpfs on /tmp, /testbed, /dev/shm (and /root
+    without overlay).  Each command then drops every capability, sets
+    no_new_privs and loads the seccomp filter (``seccomp=FD``) before it runs.
+    """
     lim = config.limits
     argv = [info.path, *NAMESPACE_FLAGS]
     if config.network == "none":
@@ -127,37 +137,46 @@ def build_argv(
         "--hostname", config.hostname,
         "--new-session",  # no controlling terminal: TIOCSTI cannot reach the caller's tty
         "--as-pid-1",  # the executor is init: orphans are reaped by it
-        "--cap-drop", "ALL",
+        "--cap-add", "ALL",  # in the sandbox's user namespace only; commands drop them all
         "--clearenv",
-        "--seccomp", str(fds.seccomp),
         "--chdir", "/",
     ]  # fmt: skip
     if fds.info is not None:
         argv += ["--info-fd", str(fds.info)]
-    for src, dst in plan.binds:
-        argv += ["--ro-bind", src, dst]
-    for target, path in plan.symlinks:
-        argv += ["--symlink", target, path]
+    if lower is None:
+        for src, dst in plan.binds:
+            argv += ["--ro-bind", src, dst]
+        for target, path in plan.symlinks:
+            argv += ["--symlink", target, path]
+    else:
+        argv += ["--ro-bind", lower, "/.sl/lower"]
     # a fresh /proc for the PID namespace, with /proc/sys read-only (bwrap covers
     # only irq and bus); the sysctls a process looks up there are its own namespaces'
     argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
-    argv += _tmpfs("/dev/shm", lim.tmp_mb, info)
-    argv += _tmpfs("/tmp", lim.tmp_mb, info)
-    argv += _tmpfs("/root", lim.tmp_mb, info)
     mounted = {m.dst for m in config.mounts}
-    if "/testbed" not in mounted:
-        argv += _tmpfs("/testbed", lim.testbed_mb, info)
+    # mount points the executor needs on the read-only root
+    points = ["/.sl/gen"]
+    if lower is None:
+        points += ["/tmp", "/root"] + ([] if "/testbed" in mounted else ["/testbed"])
+    for p in points:
+        argv += ["--dir", p]
     # parents before children, so a mount inside another mount lands on top
     for m in sorted(config.mounts, key=lambda m: m.dst.count("/")):
         argv += ["--bind" if m.rw else "--ro-bind", m.src, m.dst]
+    gen = [f"tmp={lim.tmp_mb * MiB}", f"testbed={0 if '/testbed' in mounted else lim.testbed_mb * MiB}"]
+    if lower is not None:
+        gen += ["lower=/.sl/lower", f"upper={lim.overlay_mb * MiB}"]
+        gen += [f"bind={m.dst}" for m in sorted(config.mounts, key=lambda m: m.dst.count("/"))]
     if config.workdir not in mounted and config.workdir != "/testbed":
-        writable = ["/tmp", "/root", "/dev/shm", *(m.dst for m in config.mounts if m.rw)]
+        writable = ["/tmp", "/dev/shm", *(m.dst for m in config.mounts if m.rw)]
         if "/testbed" not in mounted:
             writable.append("/testbed")
-        if any(config.workdir.startswith(w + "/") for w in writable):
-            argv += ["--dir", config.workdir]
+        if lower is not None or any(config.workdir.startswith(w + "/") for w in writable + ["/root"]):
+            gen.append(f"mkdir={config.workdir}")
         else:  # a workdir of its own, writable like /testbed
-            argv += _tmpfs(config.workdir, lim.testbed_mb, info)
+            argv += ["--dir", config.workdir]
+            gen.append(f"wtmpfs={config.workdir}")
     argv += ["--remount-ro", "/"]
-    argv += [f"/proc/self/fd/{fds.executor}", f"ctrl={fds.ctrl}", f"exe={fds.executor}", *rlimits]
+    argv += [f"/proc/self/fd/{fds.executor}", f"ctrl={fds.ctrl}", f"exe={fds.executor}", f"seccomp={fds.seccomp}"]
+    argv += gen + rlimits
     return argv

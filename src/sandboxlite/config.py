@@ -85,13 +85,14 @@ class Limits:
     fsize_mb: int | None = 1024  # RLIMIT_FSIZE: the largest file a process may write
     tmp_mb: int = 1024  # size of the /tmp tmpfs
     testbed_mb: int = 2048  # size of the /testbed tmpfs (when /testbed is not a mount)
+    overlay_mb: int = 2048  # how much a copy-on-write root may take (writes outside /tmp and /testbed)
     output_bytes: int = 1 << 20  # stdout and stderr are each capped at this many bytes
 
     def __post_init__(self) -> None:
         _positive("limits.timeout_s", self.timeout_s, optional=False, kind=float)
         for name in ("cpu_s", "memory_mb", "pids", "fsize_mb"):
             _positive(f"limits.{name}", getattr(self, name), optional=True)
-        for name in ("nofile", "tmp_mb", "testbed_mb", "output_bytes"):
+        for name in ("nofile", "tmp_mb", "testbed_mb", "overlay_mb", "output_bytes"):
             _positive(f"limits.{name}", getattr(self, name), optional=False)
         if self.pids is not None and self.pids < 8:
             raise ConfigError("limits.pids", f"must be at least 8 (the jail needs a few), got {self.pids}")

@@ -171,6 +171,15 @@ class Channel:
             if f.fd is not None:
                 os.close(f.fd)
 
+    def clear(self) -> None:
+        """Drop every frame received so far (e.g. exit reports from before a reset)."""
+        self.pump()
+        for q in self._frames.values():
+            for f in q:
+                if f.fd is not None:
+                    os.close(f.fd)
+        self._frames.clear()
+
     def close(self) -> None:
         self.closed = True
         for q in self._frames.values():

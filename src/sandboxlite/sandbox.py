@@ -236,7 +236,8 @@ class Sandbox:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         fds = bwrap.JailFds(ctrl=child.fileno(), executor=exe_fd, seccomp=sec_fd, info=info_w)
-        argv = bwrap.build_argv(config, plan, fds, info, rlimits)
+        lower = self._copy_on_write_lower(plan)
+        argv = bwrap.build_argv(config, plan, fds, info, rlimits, lower)
         self.argv = argv
         try:
             actions = [
@@ -336,6 +337,25 @@ class Sandbox:
             raise _diagnose(self._read_stderr(wait=True), self.config)
         return int(m.group(1))
 
+    def _copy_on_write_lower(self, plan: rootfs.RootfsPlan) -> str | None:
+        """The image to put a copy-on-write overlay over, or None (and why, in self.cow_reason)."""
+        host_uid = self.host_ids[0] if self.host_ids else os.geteuid()
+        if plan.kind != "dir":
+            self.cow_reason = "rootfs 'host' has no copy-on-write layer: only /tmp, /testbed and /root are writable"
+            return None
+        owner = os.stat(plan.path).st_uid
+        if owner != host_uid:
+            # overlayfs copies a file up as its owner: in a user namespace that only maps
+            # host_uid, a file owned by anyone else cannot be copied (EOVERFLOW/EACCES)
+            self.cow_reason = (
+                f"the image is owned by uid {owner}, not by the sandbox's host uid {host_uid}: "
+                "only /tmp, /testbed and /root are writable (sandboxlite rootfs build/import give "
+                "images the right owner)"
+            )
+            return None
+        self.cow_reason = ""
+        return plan.path
+
     def _attach_cgroup(self, support: cgroups.Support, pid: int) -> None:
         self._create_cgroup(support)
         assert self._cgroup is not None
@@ -417,8 +437,27 @@ class Sandbox:
             self._chan = None
 
     def reset(self) -> None:
-        """Back to pristine: every process killed, /testbed, /tmp and /root emptied."""
+        """Back to pristine: every process killed, every write discarded.
+
+        The executor rebuilds the sandbox's filesystem (fresh /tmp, /testbed,
+        /root and copy-on-write layer) inside the same jail, in about a
+        millisecond; if that fails the jail is replaced.
+        """
         with self._lock:
+            for sh in list(self._shells):
+                sh._detach()
+            chan = self._chan
+            if not self._closed and chan is not None and not chan.closed:
+                try:
+                    ident = chan.new_id()
+                    chan.send("Z", ident)
+                    f = chan.wait(ident, time.monotonic() + START_TIMEOUT_S)
+                    chan.clear()  # exit reports of the commands that were killed
+                    if f.type == "R":
+                        self.generation += 1
+                        return
+                except (SandboxCrashed, TimeoutError):
+                    pass
             self.close()
             self._start()
             self.generation += 1
@@ -469,7 +508,8 @@ class Sandbox:
             "memory_limit": f"cgroup {lim.memory_mb} MiB" if cg and lim.memory_mb else (
                 f"RLIMIT_AS {lim.memory_mb} MiB" if lim.memory_mb else "none"),
             "pids_limit": f"cgroup {lim.pids}" if cg and lim.pids else (f"RLIMIT_NPROC {lim.pids}" if lim.pids else "none"),
-            "copy_on_write_root": False,
+            "copy_on_write_root": not self.cow_reason,
+            "copy_on_write_note": self.cow_reason,
             "executor_pid": self.executor_pid,
             "bwrap_pid": self.bwrap_pid,
             "generation": self.generation,

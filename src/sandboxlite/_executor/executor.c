@@ -27,7 +27,7 @@
  * (host byte order: host and jail share the machine).
  *
  * Requests: 'S' spawn, 'K' kill, 'O' open, 'M' mkdir, 'Y' symlink, 'D' sink,
- *           'L' last pid of the namespace, 'Q' quit.
+ *           'L' last pid of the namespace, 'Z' reset, 'Q' quit.
  * Replies and events: 'H' hello, 'E' error (errno), 'F' fd,
  *           'R' ok, 'X' exit status of a spawned command.
  */
@@ -43,6 +43,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/openat2.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -306,6 +312,288 @@ static void supervise(pid_t cmd) {
   }
 }
 
+/* ---- generations: the filesystem the commands see --------------------------
+ *
+ * The executor keeps the capabilities bwrap gave it inside the sandbox's user
+ * namespace (never on the host) and builds each "generation" in a child G:
+ * a new mount namespace whose root is either a copy-on-write overlay over the
+ * image (writes land in a size-capped tmpfs) or a recursive bind of the
+ * read-only jail root, plus fresh size-capped tmpfs on /tmp, /testbed, /dev/shm
+ * (and /root without overlay).  G pivots into it and exits; the executor
+ * keeps the namespace (and its root) by descriptor.  Every command joins it
+ * with setns(), then drops every capability, sets no_new_privs and loads
+ * the seccomp filter before execve.  Reset = kill every process, drop the
+ * namespace (its tmpfs go with it), build a new one: no new jail needed. */
+
+static int gen_mnt = -1, gen_root = -1;
+static struct sock_fprog filter;
+static const char *lower; /* overlay lower dir (the image), or NULL */
+static unsigned long long sz_upper = 1ull << 30, sz_tmp = 1ull << 30, sz_testbed = 2ull << 30;
+static int testbed_tmpfs = 1;
+static const char *binds[64]; /* caller mounts carried into an overlay root */
+static int n_binds;
+static const char *wtmpfs[8]; /* extra tmpfs (a workdir outside the writable places) */
+static int n_wtmpfs;
+static const char *mkdirs[8]; /* directories to create (a workdir inside a writable place) */
+static int n_mkdirs;
+
+static void gen_fail(const char *what, const char *path) {
+  dprintf(2, "sandboxlite-executor: generation: %s %s: %s\n", what, path ? path : "", strerror(errno));
+  _exit(113);
+}
+
+static void mkdir_p(const char *path, mode_t mode) {
+  char buf[PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, mode) < 0 && errno != EEXIST) gen_fail("mkdir", buf);
+    *p = '/';
+  }
+  if (mkdir(buf, mode) < 0 && errno != EEXIST) gen_fail("mkdir", buf);
+}
+
+static void tmpfs_at(const char *path, unsigned long long size, mode_t mode) {
+  char opts[64];
+  snprintf(opts, sizeof opts, "size=%llu,mode=%o", size, (unsigned)mode);
+  mkdir_p(path, 0755);
+  if (mount("sandboxlite", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) gen_fail("tmpfs", path);
+}
+
+static void bind_at(const char *src, const char *dst) {
+  if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0) gen_fail("bind", dst);
+}
+
+/* G: build the generation's mount namespace, pivot into it, report, wait. */
+static void gen_child(int ready_w, int hold_r) {
+  char root[] = "/.sl/gen/r", path[PATH_MAX];
+  if (unshare(CLONE_NEWNS) < 0) gen_fail("unshare", NULL);
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) gen_fail("make private", "/");
+  tmpfs_at("/.sl/gen", lower ? sz_upper : (1 << 20), 0755);
+  mkdir_p(root, 0755);
+  if (lower) {
+    mkdir_p("/.sl/gen/u", 0755);
+    mkdir_p("/.sl/gen/w", 0755);
+    char opts[PATH_MAX + 64];
+    snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=/.sl/gen/u,workdir=/.sl/gen/w", lower);
+    if (mount("overlay", root, "overlay", 0, opts) < 0) gen_fail("overlay", lower);
+    static const char *const jail[] = {"proc", "dev", "tmp", "testbed", "root"};
+    for (size_t i = 0; i < sizeof jail / sizeof *jail; i++) {
+      snprintf(path, sizeof path, "%s/%s", root, jail[i]);
+      mkdir_p(path, jail[i][0] == 'r' ? 0700 : 0755);
+    }
+    snprintf(path, sizeof path, "%s/proc", root);
+    bind_at("/proc", path);
+    snprintf(path, sizeof path, "%s/dev", root);
+    bind_at("/dev", path);
+    for (int i = 0; i < n_binds; i++) {
+      snprintf(path, sizeof path, "%s%s", root, binds[i]);
+      mkdir_p(path, 0755);
+      bind_at(binds[i], path);
+    }
+  } else {
+    bind_at("/", root);
+  }
+  snprintf(path, sizeof path, "%s/tmp", root);
+  tmpfs_at(path, sz_tmp, 01777);
+  if (testbed_tmpfs) {
+    snprintf(path, sizeof path, "%s/testbed", root);
+    tmpfs_at(path, sz_testbed, 0755);
+  }
+  if (!lower) {
+    snprintf(path, sizeof path, "%s/root", root);
+    tmpfs_at(path, sz_tmp, 0700);
+  }
+  snprintf(path, sizeof path, "%s/dev/shm", root);
+  tmpfs_at(path, sz_tmp, 01777);
+  for (int i = 0; i < n_wtmpfs; i++) {
+    snprintf(path, sizeof path, "%s%s", root, wtmpfs[i]);
+    tmpfs_at(path, sz_testbed, 0755);
+  }
+  for (int i = 0; i < n_mkdirs; i++) {
+    snprintf(path, sizeof path, "%s%s", root, mkdirs[i]);
+    mkdir_p(path, 0755);
+  }
+  if (chdir(root) < 0) gen_fail("chdir", root);
+  if (syscall(SYS_pivot_root, ".", ".") < 0) gen_fail("pivot_root", root);
+  if (umount2(".", MNT_DETACH) < 0) gen_fail("umount old root", NULL);
+  if (chdir("/") < 0) gen_fail("chdir", "/");
+  if (!lower) umount2("/.sl/gen", MNT_DETACH); /* the recursive bind copied our workspace */
+  if (write(ready_w, "1", 1) != 1) _exit(113);
+  char c;
+  while (read(hold_r, &c, 1) < 0 && errno == EINTR) {
+  }
+  _exit(0);
+}
+
+/* Build a new generation; returns 0, or -1 with errno set. */
+static int new_generation(void) {
+  int ready[2], hold[2];
+  if (pipe2(ready, O_CLOEXEC) < 0) return -1;
+  if (pipe2(hold, O_CLOEXEC) < 0) {
+    close(ready[0]), close(ready[1]);
+    return -1;
+  }
+  pid_t g = fork();
+  if (g < 0) {
+    int err = errno;
+    close(ready[0]), close(ready[1]), close(hold[0]), close(hold[1]);
+    errno = err;
+    return -1;
+  }
+  if (g == 0) {
+    close(ready[0]);
+    close(hold[1]);
+    gen_child(ready[1], hold[0]);
+  }
+  close(ready[1]);
+  close(hold[0]);
+  char c, path[64];
+  ssize_t n;
+  do n = read(ready[0], &c, 1);
+  while (n < 0 && errno == EINTR);
+  close(ready[0]);
+  int mnt = -1, rootfd = -1, err = EIO;
+  if (n == 1) {
+    snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)g);
+    mnt = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof path, "/proc/%d/root", (int)g);
+    rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (mnt < 0 || rootfd < 0) err = errno;
+  }
+  close(hold[1]); /* G exits; the namespace lives on through our descriptors */
+  while (waitpid(g, NULL, __WALL) < 0 && errno == EINTR) {
+  }
+  if (mnt < 0 || rootfd < 0) {
+    if (mnt >= 0) close(mnt);
+    if (rootfd >= 0) close(rootfd);
+    errno = err;
+    return -1;
+  }
+  if (gen_mnt >= 0) close(gen_mnt);
+  if (gen_root >= 0) close(gen_root);
+  gen_mnt = mnt;
+  gen_root = rootfd;
+  return 0;
+}
+
+/* In the command's process, before execve: join the generation and give up
+ * every privilege.  Any failure ends the process: never run unconfined. */
+static void confine(const char *cwd) {
+  if (setns(gen_mnt, CLONE_NEWNS) < 0) {
+    dprintf(2, "sandboxlite: setns: %s\n", strerror(errno));
+    _exit(126);
+  }
+  if (chdir(cwd) < 0) {
+    dprintf(2, "sandboxlite: cannot enter %s: %s\n", cwd, strerror(errno));
+    _exit(126);
+  }
+  int ok = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0;
+  ok = ok && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0;
+  for (int cap = 0; ok && cap <= 63; cap++)
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) ok = 0;
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  memset(data, 0, sizeof data);
+  ok = ok && syscall(SYS_capset, &hdr, data) == 0;
+  ok = ok && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &filter) == 0;
+  if (!ok) {
+    dprintf(2, "sandboxlite: cannot drop privileges: %s\n", strerror(errno));
+    _exit(126);
+  }
+}
+
+/* Open a path inside the generation's root: symlinks and ".." resolve there. */
+static int open_in(const char *path, int flags, mode_t mode) {
+  struct open_how how;
+  memset(&how, 0, sizeof how);
+  how.flags = (unsigned long long)flags;
+  how.mode = (flags & (O_CREAT | __O_TMPFILE)) ? mode : 0;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  return (int)syscall(SYS_openat2, gen_root, path, &how, sizeof how);
+}
+
+/* The directory holding `path` (opened in the generation) and its last name. */
+static int parent_in(char *path, const char **name) {
+  char *slash = strrchr(path, '/');
+  if (!slash) {
+    *name = path;
+    return open_in("/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+  }
+  *name = slash + 1;
+  *slash = 0;
+  int fd = open_in(*path ? path : "/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+  *slash = '/';
+  return fd;
+}
+
+/* mkdir -p inside the generation; with `last` also the final component. */
+static int mkdirs_in(char *path, mode_t mode, int last) {
+  size_t len = strlen(path);
+  for (size_t i = 1; i <= len; i++) {
+    if (i < len && path[i] != '/') continue;
+    if (i == len && !last) break;
+    char saved = path[i];
+    path[i] = 0;
+    int fd = open_in(path, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+    if (fd >= 0) {
+      close(fd);
+    } else if (errno == ENOENT) {
+      const char *name;
+      int dir = parent_in(path, &name);
+      int r = dir < 0 ? -1 : mkdirat(dir, name, mode);
+      int err = errno;
+      if (dir >= 0) close(dir);
+      if (r < 0 && err != EEXIST) {
+        path[i] = saved;
+        errno = err;
+        return -1;
+      }
+    } else {
+      path[i] = saved;
+      return -1;
+    }
+    path[i] = saved;
+  }
+  return 0;
+}
+
+static int load_filter(int fd) {
+  static char buf[1 << 16];
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + n, sizeof buf - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    n += (size_t)r;
+    if (n == sizeof buf) return -1;
+  }
+  close(fd);
+  if (n == 0 || n % sizeof(struct sock_filter)) return -1;
+  filter.len = (unsigned short)(n / sizeof(struct sock_filter));
+  filter.filter = (struct sock_filter *)buf;
+  return 0;
+}
+
+/* Reset: kill every process of the sandbox, then a fresh generation. */
+static void do_reset(uint32_t id) {
+  kill(-1, SIGKILL); /* PID 1 itself is spared */
+  for (;;) {
+    pid_t p = waitpid(-1, NULL, __WALL);
+    if (p < 0 && errno == EINTR) continue;
+    if (p < 0) break;
+  }
+  n_children = 0;
+  for (size_t i = 0; i < n_sinks; i++) close(pfds[2 + i].fd);
+  n_sinks = 0;
+  if (new_generation() < 0)
+    send_errno(id, errno);
+  else
+    send_str('R', id, "0");
+}
+
 /* ---- requests ------------------------------------------------------------ */
 
 /* Split a payload of NUL-terminated strings; returns count or -1. */
@@ -400,16 +688,13 @@ static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds
         int src = want[i] >= 0 ? want[i] : devnull;
         if (src < 0 || dup2(src, i) < 0) _exit(126);
       }
-      syscall(SYS_close_range, 3, ~0U, 0);
       /* dispositions are all default (nobody here installs handlers); the
        * mask is not: S blocks the signals it waits for */
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, NULL);
-      if (chdir(cwd) < 0) {
-        dprintf(2, "sandboxlite: cannot enter %s: %s\n", cwd, strerror(errno));
-        _exit(126);
-      }
+      confine(cwd); /* uses the generation's descriptor: before closing the rest */
+      syscall(SYS_close_range, 3, ~0U, 0);
       environ = env;
       execvp(av[0], av);
       int err = errno;
@@ -451,22 +736,6 @@ static void do_kill(uint32_t id, const char *how) {
     }
 }
 
-static int mkparents(char *path, mode_t mode) {
-  /* mkdir -p for every parent of path */
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    int r = mkdir(path, mode);
-    int err = errno;
-    *p = '/';
-    if (r < 0 && err != EEXIST) {
-      errno = err;
-      return -1;
-    }
-  }
-  return 0;
-}
-
 static void do_open(uint32_t id, char *payload, size_t plen) {
   char *f[4];
   if (split(payload, plen, f, 4) != 3) {
@@ -476,12 +745,14 @@ static void do_open(uint32_t id, char *payload, size_t plen) {
   unsigned flags = (unsigned)strtoul(f[0], NULL, 10);
   mode_t mode = (mode_t)strtoul(f[1], NULL, 10);
   char *path = f[2];
-  if ((flags & OP_MKPARENTS) && mkparents(path, 0755) < 0) {
-    send_errno(id, errno);
-    return;
+  if (flags & OP_MKPARENTS) {
+    if (mkdirs_in(path, 0755, 0) < 0) {
+      send_errno(id, errno);
+      return;
+    }
   }
   int oflags = (int)(flags & 0x0fffffffu) | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-  int fd = open(path, oflags, mode);
+  int fd = open_in(path, oflags, mode);
   if (fd < 0) {
     send_errno(id, errno);
     return;
@@ -517,16 +788,16 @@ static void do_mkdir(uint32_t id, char *payload, size_t plen) {
     return;
   }
   mode_t mode = (mode_t)strtoul(f[0], NULL, 10);
-  char *path = f[1];
-  if (mkparents(path, 0755) < 0 || (mkdir(path, mode) < 0 && errno != EEXIST)) {
+  if (mkdirs_in(f[1], mode, 1) < 0) {
     send_errno(id, errno);
     return;
   }
-  struct stat st;
-  if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
-    send_errno(id, ENOTDIR);
+  int fd = open_in(f[1], O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+  if (fd < 0) {
+    send_errno(id, errno);
     return;
   }
+  close(fd);
   send_str('R', id, "0");
 }
 
@@ -536,10 +807,19 @@ static void do_symlink(uint32_t id, char *payload, size_t plen) {
     send_errno(id, EINVAL);
     return;
   }
-  if (mkparents(f[1], 0755) < 0 || symlink(f[0], f[1]) < 0) {
+  if (mkdirs_in(f[1], 0755, 0) < 0) {
     send_errno(id, errno);
     return;
   }
+  const char *name;
+  int dir = parent_in(f[1], &name);
+  if (dir < 0 || symlinkat(f[0], dir, name) < 0) {
+    int err = errno;
+    if (dir >= 0) close(dir);
+    send_errno(id, err);
+    return;
+  }
+  close(dir);
   send_str('R', id, "0");
 }
 
@@ -646,6 +926,9 @@ static int handle_request(void) {
     case 'Y':
       do_symlink(id, payload, plen);
       break;
+    case 'Z':
+      do_reset(id);
+      break;
     case 'L': {
       char buf[32] = "0";
       int fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
@@ -729,12 +1012,34 @@ int main(int argc, char **argv) {
   prctl(PR_SET_DUMPABLE, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   for (int i = 1; i < argc; i++) {
-    if (strncmp(argv[i], "ctrl=", 5) == 0)
-      ctrl = atoi(argv[i] + 5);
-    else if (strncmp(argv[i], "exe=", 4) == 0)
-      close(atoi(argv[i] + 4)); /* the descriptor we were executed through */
+    const char *a = argv[i];
+    if (strncmp(a, "ctrl=", 5) == 0)
+      ctrl = atoi(a + 5);
+    else if (strncmp(a, "exe=", 4) == 0)
+      close(atoi(a + 4)); /* the descriptor we were executed through */
+    else if (strncmp(a, "seccomp=", 8) == 0) {
+      if (load_filter(atoi(a + 8)) < 0) die("reading the seccomp filter");
+    } else if (strncmp(a, "lower=", 6) == 0)
+      lower = a + 6;
+    else if (strncmp(a, "upper=", 6) == 0)
+      sz_upper = strtoull(a + 6, NULL, 10);
+    else if (strncmp(a, "tmp=", 4) == 0)
+      sz_tmp = strtoull(a + 4, NULL, 10);
+    else if (strncmp(a, "testbed=", 8) == 0) {
+      sz_testbed = strtoull(a + 8, NULL, 10);
+      testbed_tmpfs = sz_testbed > 0;
+    } else if (strncmp(a, "bind=", 5) == 0 && n_binds < 64)
+      binds[n_binds++] = a + 5;
+    else if (strncmp(a, "wtmpfs=", 7) == 0 && n_wtmpfs < 8)
+      wtmpfs[n_wtmpfs++] = a + 7;
+    else if (strncmp(a, "mkdir=", 6) == 0 && n_mkdirs < 8)
+      mkdirs[n_mkdirs++] = a + 6;
     else
-      apply_rlimit(argv[i]);
+      apply_rlimit(a);
+  }
+  if (filter.len == 0) {
+    dprintf(2, "sandboxlite-executor: no seccomp filter (seccomp=FD): refusing to run commands unfiltered\n");
+    _exit(111);
   }
   sigset_t set;
   sigemptyset(&set);
@@ -750,7 +1055,8 @@ int main(int argc, char **argv) {
   pfds[0].events = POLLIN;
   pfds[1].fd = sfd;
   pfds[1].events = POLLIN;
-  send_str('H', 0, "sandboxlite-executor 1");
+  if (new_generation() < 0) die("setting up the sandbox's filesystem");
+  send_str('H', 0, "sandboxlite-executor 2");
   for (;;) {
     int r = poll(pfds, 2 + n_sinks, -1);
     if (r < 0) {
