@@ -151,3 +151,58 @@ def test_lean_has_a_manifest_with_packages_and_no_setuid(lean):
             st = os.lstat(os.path.join(dirpath, f))
             if stat.S_ISREG(st.st_mode):
                 assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID), os.path.join(dirpath, f)
+
+
+# -- copy-on-write root ---------------------------------------------------------------------------
+def test_copy_on_write_root(home, tiny_root):  # noqa: F811
+    manage.adopt(tiny_root, "tiny")
+    with Sandbox(rootfs="tiny") as a, Sandbox(rootfs="tiny") as b:
+        assert a.info["copy_on_write_root"] is True, a.info["copy_on_write_note"]
+        # writes anywhere work, as in a container ...
+        a.write_file("/usr/local/lib/x/f", b"new\n")  # parents created in the copy-on-write layer
+        r = a.exec("echo changed > /etc/marker && echo more >> /usr/local/lib/x/f && cat /etc/marker /usr/local/lib/x/f")
+        assert r.stdout == b"changed\nnew\nmore\n", r
+        a.write_file("/usr/share/via-api", b"api")
+        assert a.read_file("/usr/share/via-api") == b"api"
+        # ... but never reach the image or another sandbox on it
+        assert b.exec("cat /etc/marker; cat /usr/local/lib/x/f 2>/dev/null || echo absent").stdout == \
+            b"tiny image\nabsent\n"
+        assert (manage.image_dir("tiny") / "root/etc/marker").read_text() == "tiny image\n"
+        # and vanish on reset
+        a.reset()
+        assert a.exec("cat /etc/marker").stdout == b"tiny image\n"
+        assert a.exec("test -e /usr/local/lib/x || echo gone").stdout == b"gone\n"
+        with pytest.raises(FileNotFoundError):
+            a.read_file("/usr/share/via-api")
+    assert manage.verify("tiny").ok
+
+
+def test_copy_on_write_layer_is_size_capped(home, tiny_root):  # noqa: F811
+    manage.adopt(tiny_root, "tiny")
+    with Sandbox(rootfs="tiny", limits={"overlay_mb": 2}) as sb:
+        r = sb.exec("i=0; while [ $i -lt 200 ]; do cat /usr/bin/dash >> /etc/big 2>/dev/null || "
+                    "{ echo full; break; }; i=$((i+1)); done")
+        assert r.stdout == b"full\n"
+        assert sb.exec("echo still > /tmp/works && cat /tmp/works").stdout == b"still\n"
+
+
+def test_an_image_not_owned_by_the_sandbox_uid_falls_back_to_read_only(home, tiny_root):  # noqa: F811
+    info = manage.adopt(tiny_root, "tiny")
+    if os.geteuid() != 0:
+        pytest.skip("a normal user cannot give files away")
+    os.lchown(info.path / "root", 0, 0)
+    with Sandbox(rootfs="tiny") as sb:
+        assert sb.info["copy_on_write_root"] is False
+        assert "owned by uid 0" in sb.info["copy_on_write_note"]
+        assert sb.exec("echo x > /etc/marker 2>/dev/null || echo ro").stdout == b"ro\n"
+        assert sb.exec("echo x > /tmp/ok && cat /tmp/ok").stdout == b"x\n"
+
+
+def test_lean_copy_on_write_and_reset(lean):
+    with Sandbox(rootfs="lean") as sb:
+        assert sb.info["copy_on_write_root"] is True, sb.info["copy_on_write_note"]
+        sb.exec("mkdir -p /usr/local/lib/python3.11/dist-packages && "
+                "echo 'X = 42' > /usr/local/lib/python3.11/dist-packages/installed.py")
+        assert sb.exec(["python3", "-c", "import installed; print(installed.X)"]).stdout == b"42\n"
+        sb.reset()
+        assert sb.exec(["python3", "-c", "import installed"]).exit_code == 1

@@ -22,6 +22,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# as root, sandboxes run as this unprivileged system user (never as host root); it owns the images
+if [ "$(id -u)" -eq 0 ] && ! getent passwd sandboxlite >/dev/null; then
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin sandboxlite
+fi
+
 PYTHON="${PYTHON:-python3}"
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 10), "sandboxlite needs Python >= 3.10"'
 if [ ! -x .venv/bin/python ]; then
@@ -32,5 +37,7 @@ fi
 # the small "lean" image (Debian + python3, numpy, sympy; ~30 s, cached) that the tests use
 if ! .venv/bin/sandboxlite rootfs verify lean >/dev/null 2>&1; then
   .venv/bin/sandboxlite rootfs build lean --force
+elif [ "$(id -u)" -eq 0 ]; then
+  .venv/bin/sandboxlite rootfs chown lean   # an image built before the sandboxlite user existed
 fi
 .venv/bin/sandboxlite doctor || true

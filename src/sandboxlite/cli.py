@@ -186,6 +186,18 @@ def rootfs_import(file, name, force) -> None:
     click.echo(f"{info.name}: imported, digest {info.manifest['digest']}")
 
 
+@rootfs.command("chown")
+@click.argument("name")
+def rootfs_chown(name) -> None:
+    """Give NAME to the uid sandboxes run as (root only; a copy-on-write root needs it)."""
+    from .rootfs import manage
+
+    try:
+        manage.give(name)
+    except SandboxError as e:
+        _fail(e)
+
+
 @rootfs.command("rm")
 @click.argument("name")
 def rootfs_rm(name) -> None:

@@ -129,7 +129,19 @@ def check_rootfs() -> Check:
             "no built image; sandboxes use the host's /usr read-only (rootfs='host')",
             f"build the default image (about a minute): sandboxlite rootfs build {rootfs.DEFAULT_PROFILE}",
         )  # fmt: skip
-    return Check("rootfs", "ok", f"{plan.name} ({plan.path})")
+    from .sandbox import run_as
+
+    ids = run_as()
+    want = ids[0] if ids else os.geteuid()
+    owner = os.stat(plan.path).st_uid
+    if owner != want:
+        return Check(
+            "rootfs", "warn",
+            f"{plan.name} ({plan.path}) is owned by uid {owner}, not by the sandboxes' uid {want}: "
+            "no copy-on-write root (only /tmp, /testbed and /root are writable)",
+            f"sandboxlite rootfs chown {plan.name}" if ids else f"sandboxlite rootfs rm {plan.name} and build it again",
+        )  # fmt: skip
+    return Check("rootfs", "ok", f"{plan.name} ({plan.path}), copy-on-write root")
 
 
 def check_sandbox() -> Check:

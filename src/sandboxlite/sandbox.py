@@ -73,7 +73,9 @@ def run_as() -> tuple[int, int] | None:
 
     uid 0 inside a sandbox must never be the host's root: root owns /proc/sys and
     many other kernel files by plain permission bits, and RLIMIT_NPROC does not
-    bind it.  Set SANDBOXLITE_UID / SANDBOXLITE_GID to choose (default: nobody).
+    bind it.  SANDBOXLITE_UID / SANDBOXLITE_GID choose; by default the system user
+    ``sandboxlite`` (tools/setup.sh creates it; it owns the images, which a
+    copy-on-write root needs), else ``nobody``.
     """
     if os.geteuid() != 0:
         return None
@@ -82,15 +84,17 @@ def run_as() -> tuple[int, int] | None:
 
 @functools.lru_cache(maxsize=8)
 def _run_as(uid: str | None, gid: str | None) -> tuple[int, int]:
-    if uid is None:
-        import pwd
+    import pwd
 
+    default = (65534, 65534)
+    for name in ("sandboxlite", "nobody"):
         try:
-            pw = pwd.getpwnam("nobody")
+            pw = pwd.getpwnam(name)
             default = (pw.pw_uid, pw.pw_gid)
+            break
         except KeyError:
-            default = (65534, 65534)
-    else:
+            continue
+    if uid is not None:
         default = (int(uid), int(uid))
     result = (int(uid) if uid else default[0], int(gid) if gid else default[1])
     if result[0] == 0:

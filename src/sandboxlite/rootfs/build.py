@@ -25,7 +25,7 @@ from typing import IO
 
 from ..errors import RootfsError, SetupError
 from . import images_dir
-from .manifest import extract, remove_tree, write_manifest
+from .manifest import extract, give_to_sandbox_user, remove_tree, write_manifest
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
@@ -184,6 +184,7 @@ def build(
         print("unpacking ...", file=out, flush=True)
         extract(tarball, work / "root")
         tarball.unlink()
+        give_to_sandbox_user(work / "root")
         seconds = time.monotonic() - start
         print(f"built in {seconds:.1f}s; hashing the tree for the manifest ...", file=out, flush=True)
         write_manifest(work, name=name, profile=profile, build_seconds=seconds, mode=mode)

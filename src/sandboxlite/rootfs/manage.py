@@ -16,7 +16,17 @@ from pathlib import Path
 
 from ..errors import RootfsError, SetupError
 from . import images_dir
-from .manifest import FILES, MANIFEST, Verification, extract, read_manifest, remove_tree, verify_tree, write_manifest
+from .manifest import (
+    FILES,
+    MANIFEST,
+    Verification,
+    extract,
+    give_to_sandbox_user,
+    read_manifest,
+    remove_tree,
+    verify_tree,
+    write_manifest,
+)
 
 
 @dataclass
@@ -56,6 +66,11 @@ def verify(name: str) -> Verification:
     return verify_tree(image_dir(name))
 
 
+def give(name: str) -> None:
+    """Hand an image to the uid sandboxes run as (a root caller's copy-on-write root needs it)."""
+    give_to_sandbox_user(image_dir(name) / "root")
+
+
 def remove(name: str) -> None:
     remove_tree(image_dir(name))
 
@@ -89,6 +104,7 @@ def import_(archive: str | os.PathLike, name: str | None = None, *, force: bool 
     os.chmod(work, 0o755)
     try:
         extract(archive, work)
+        give_to_sandbox_user(work / "root")
         manifest = read_manifest(work)
         name = name or manifest.get("name")
         _check_name(name)
@@ -126,6 +142,7 @@ def adopt(tree: str | os.PathLike, name: str, *, description: str = "") -> Image
     os.chmod(work, 0o755)
     try:
         shutil.copytree(src, work / "root", symlinks=True)
+        give_to_sandbox_user(work / "root")
         write_manifest(work, name=name, profile=name, source=f"adopted from {src}")
         os.rename(work, final)
     except BaseException:

@@ -172,6 +172,22 @@ def extract(tarball: Path, dest: Path) -> None:
         raise RootfsError(f"could not unpack {tarball}: {r.stderr.strip()[-2000:]}", hint="is the file complete?")
 
 
+def give_to_sandbox_user(root: Path) -> None:
+    """As root, hand the tree to the uid sandboxes run as: overlayfs can only copy up files
+    that uid owns, so a copy-on-write root needs it (inside, they show as root's)."""
+    if os.geteuid() != 0:
+        return  # a user's own build or import is already owned by that user
+    from ..sandbox import run_as
+
+    ids = run_as()
+    assert ids is not None
+    uid, gid = ids
+    os.lchown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, gid)
+
+
 def remove_tree(path: Path) -> None:
     """rm -rf that also copes with read-only directories inside the tree."""
     if not os.path.lexists(path):
