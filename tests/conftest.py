@@ -31,6 +31,17 @@ def tree(pid: int) -> list[int]:
         return []
 
 
+def jail_tree(sb) -> list[int]:
+    """Host pids of the processes in a sandbox other than its own machinery (the executor
+    and the supervisor it keeps ready for the next command, both running the executor)."""
+    try:
+        ex = psutil.Process(sb.executor_pid)
+        mine = ex.cmdline()
+        return [c.pid for c in ex.children(recursive=True) if c.cmdline() != mine]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

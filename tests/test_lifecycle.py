@@ -11,7 +11,7 @@ import pytest
 from sandboxlite import paths
 from sandboxlite import CommandFailed, CommandTimeout, ExecResult, Sandbox, SandboxClosed, SandboxCrashed, SandboxError
 
-from .conftest import alive, tree
+from .conftest import alive, jail_tree, tree
 
 
 def test_exec_shell_string_and_argv(sb):
@@ -72,12 +72,12 @@ def test_timeout_kills_tree_and_daemons(sb):
         r.check()
     ps = sb.exec("ps -eo args").stdout
     assert b"sleep 1000" not in ps and b"sleep 999" not in ps and b"sleep 2000" not in ps
-    # host view: only the executor remains in the jail (the command's supervisor reports the
+    # host view: nothing of the command remains in the jail (its supervisor reports the
     # exit status, then exits itself: allow it a moment)
     deadline = time.monotonic() + 2
-    while len(tree(sb.executor_pid)) > 1 and time.monotonic() < deadline:
+    while jail_tree(sb) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert len(tree(sb.executor_pid)) == 1
+    assert jail_tree(sb) == []
 
 
 def test_timeout_spares_earlier_background_jobs(sb):
@@ -106,12 +106,12 @@ def test_reset_restores_pristine_state(sb):
     sb.write_file("/testbed/x", b"1")
     sb.exec("echo y > /tmp/y; echo z > /root/z; sleep 1000 & (setsid sleep 999 &) ; true")
     time.sleep(0.05)
-    jail = {sb.bwrap_pid, sb.executor_pid}
-    old = [p for p in tree(sb.bwrap_pid) if p not in jail]
+    old = jail_tree(sb)
     assert len(old) >= 2
+    bwrap_pid, executor_pid = sb.bwrap_pid, sb.executor_pid
     sb.reset()  # in place: the jail stays, everything in it goes
     assert not any(alive(p) for p in old)
-    assert set(tree(sb.bwrap_pid)) == jail
+    assert jail_tree(sb) == [] and (sb.bwrap_pid, sb.executor_pid) == (bwrap_pid, executor_pid)
     r = sb.exec("ls -A /testbed /tmp /root; ps -eo comm | grep -cx sleep || true")
     assert r.stdout == b"/root:\n\n/testbed:\n\n/tmp:\n0\n"
     assert sb.generation == 1

@@ -327,6 +327,8 @@ static void supervise(pid_t cmd) {
 
 static int gen_mnt = -1, gen_root = -1;
 static struct sock_fprog filter;
+static void make_standby(void);
+static void drop_standby(void);
 static const char *lower; /* overlay lower dir (the image), or NULL */
 static unsigned long long sz_upper = 1ull << 30, sz_tmp = 1ull << 30, sz_testbed = 2ull << 30;
 static int testbed_tmpfs = 1;
@@ -478,18 +480,12 @@ static int new_generation(void) {
   return 0;
 }
 
-/* In the command's process, before execve: join the generation and give up
- * every privilege.  Any failure ends the process: never run unconfined. */
-static void confine(const char *cwd) {
-  if (setns(gen_mnt, CLONE_NEWNS) < 0) {
-    dprintf(2, "sandboxlite: setns: %s\n", strerror(errno));
-    _exit(126);
-  }
-  if (chdir(cwd) < 0) {
-    dprintf(2, "sandboxlite: cannot enter %s: %s\n", cwd, strerror(errno));
-    _exit(126);
-  }
-  int ok = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0;
+/* In a supervisor, before it forks the command: join the generation and
+ * give up every privilege; the command inherits all of it.  Any failure ends
+ * the process: nothing ever runs unconfined. */
+static void confine_self(void) {
+  int ok = setns(gen_mnt, CLONE_NEWNS) == 0 && chdir("/") == 0;
+  ok = ok && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0;
   ok = ok && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0;
   for (int cap = 0; ok && cap <= 63; cap++)
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) ok = 0;
@@ -499,8 +495,8 @@ static void confine(const char *cwd) {
   ok = ok && syscall(SYS_capset, &hdr, data) == 0;
   ok = ok && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &filter) == 0;
   if (!ok) {
-    dprintf(2, "sandboxlite: cannot drop privileges: %s\n", strerror(errno));
-    _exit(126);
+    dprintf(2, "sandboxlite-executor: cannot confine a supervisor: %s\n", strerror(errno));
+    _exit(113);
   }
 }
 
@@ -586,12 +582,15 @@ static void do_reset(uint32_t id) {
     if (p < 0) break;
   }
   n_children = 0;
+  drop_standby();
   for (size_t i = 0; i < n_sinks; i++) close(pfds[2 + i].fd);
   n_sinks = 0;
-  if (new_generation() < 0)
+  if (new_generation() < 0) {
     send_errno(id, errno);
-  else
-    send_str('R', id, "0");
+    return;
+  }
+  make_standby();
+  send_str('R', id, "0");
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -615,108 +614,217 @@ static void close_fds(int *fds, int n) {
     if (fds[i] >= 0) close(fds[i]);
 }
 
-static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
+/* S: parse a spawn request, fork the command, supervise it.  Runs confined
+ * (see confine_self); never returns. */
+static void run_supervisor(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
+  s_id = id;
   /* payload: flags, cwd, argc, argv..., env... */
-  size_t maxf = plen / 1 + 4;
+  size_t maxf = plen + 4;
   char **f = malloc(sizeof(char *) * (maxf + 2));
-  if (!f) {
-    send_errno(id, ENOMEM);
-    close_fds(fds, nfds);
-    return;
-  }
-  int n = split(payload, plen, f, (int)maxf);
+  int n = f ? split(payload, plen, f, (int)maxf) : -1;
   int argc = n >= 3 ? atoi(f[2]) : -1;
   if (n < 3 || argc < 1 || 3 + argc > n) {
-    free(f);
-    send_errno(id, EINVAL);
-    close_fds(fds, nfds);
-    return;
+    send_errno(id, f ? EINVAL : ENOMEM);
+    _exit(0);
   }
   unsigned flags = (unsigned)strtoul(f[0], NULL, 10);
   char *cwd = f[1];
-  char **argv = f + 3;
-  char **envp = f + 3 + argc; /* reuse the array: NULL-terminate argv and env */
-  int envc = n - 3 - argc;
-  char **env = malloc(sizeof(char *) * (envc + 1));
-  char **av = malloc(sizeof(char *) * (argc + 1));
-  if (!env || !av) {
-    free(f), free(env), free(av);
+  char **av = f + 3;
+  char **env = f + 3 + argc;
+  env[n - 3 - argc] = NULL; /* f has room for it */
+  char **argv_copy = malloc(sizeof(char *) * (argc + 1));
+  if (!argv_copy) {
     send_errno(id, ENOMEM);
-    close_fds(fds, nfds);
-    return;
+    _exit(0);
   }
-  memcpy(av, argv, sizeof(char *) * argc);
-  av[argc] = NULL;
-  memcpy(env, envp, sizeof(char *) * envc);
-  env[envc] = NULL;
+  memcpy(argv_copy, av, sizeof(char *) * argc);
+  argv_copy[argc] = NULL;
 
   int want[3] = {-1, -1, -1}, k = 0;
   for (int i = 0; i < 3; i++)
     if (flags & (1u << i)) want[i] = k < nfds ? fds[k++] : -1;
 
-  pid_t s = fork();
-  if (s < 0) {
+  /* signals stay blocked (inherited from the executor); add the ones we wait for */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  /* vfork: the child only makes system calls before execve (no allocation) */
+  pid_t c = vfork();
+  if (c < 0) {
+    dprintf(want[2] >= 0 ? want[2] : 2, "sandboxlite: fork: %s\n", strerror(errno));
+    report_exit(126 << 8);
+  }
+  if (c == 0) {
+    /* C: the command */
+    setsid();
+    int devnull = (want[0] < 0 || want[1] < 0 || want[2] < 0) ? open("/dev/null", O_RDWR | O_CLOEXEC) : -1;
+    for (int i = 0; i < 3; i++) {
+      int src = want[i] >= 0 ? want[i] : devnull;
+      if (src < 0 || dup2(src, i) < 0) _exit(126);
+    }
+    /* dispositions are all default (nobody here installs handlers); the
+     * mask is not: S blocks the signals it waits for */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    syscall(SYS_close_range, 3, ~0U, 0);
+    if (chdir(cwd) < 0) {
+      dprintf(2, "sandboxlite: cannot enter %s: %s\n", cwd, strerror(errno));
+      _exit(126);
+    }
+    environ = env;
+    execvp(argv_copy[0], argv_copy);
     int err = errno;
-    free(f), free(env), free(av);
-    close_fds(fds, nfds);
-    send_errno(id, err);
+    dprintf(2, "sandboxlite: %s: %s\n", argv_copy[0], err == ENOENT ? "command not found" : strerror(err));
+    _exit(err == ENOENT ? 127 : 126);
+  }
+  /* S keeps only the control socket */
+  if (ctrl > 0) syscall(SYS_close_range, 0, (unsigned)ctrl - 1, 0);
+  syscall(SYS_close_range, (unsigned)ctrl + 1, ~0U, 0);
+  supervise(c);
+}
+
+/* A standby supervisor: forked and confined ahead of time (joining the
+ * generation and loading the seccomp filter cost ~0.2 ms), it waits for the
+ * next spawn request on its own socket. */
+static pid_t standby_pid = -1;
+static int standby_fd = -1;
+
+static void make_standby(void) {
+  int sv[2];
+  if (gen_mnt < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return;
+  pid_t p = fork();
+  if (p < 0) {
+    close(sv[0]), close(sv[1]);
     return;
   }
-  if (s == 0) {
-    /* S: the supervisor.  Signals stay blocked (inherited from executor);
-     * add the ones we wait for. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGUSR1);
-    sigprocmask(SIG_BLOCK, &set, NULL);
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    /* vfork: S is tiny and only waits; the child only makes system calls
-     * before execve (no allocation), which is what vfork allows */
-    pid_t c = vfork();
-    if (c < 0) {
-      dprintf(want[2] >= 0 ? want[2] : 2, "sandboxlite: fork: %s\n", strerror(errno));
-      s_id = id;
-      report_exit(126 << 8);
+  if (p == 0) {
+    close(sv[0]);
+    confine_self();
+    /* request: u32 id, u32 length, payload; descriptors with the first bytes */
+    uint32_t hdr[2];
+    int fds[MAX_FDS], nfds = 0;
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+    } cm;
+    struct iovec iov = {hdr, sizeof hdr};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cm.buf;
+    msg.msg_controllen = sizeof cm.buf;
+    ssize_t n;
+    do n = recvmsg(sv[1], &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) _exit(0); /* the executor dropped us */
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      nfds = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      if (nfds > MAX_FDS) nfds = MAX_FDS;
+      memcpy(fds, CMSG_DATA(c), sizeof(int) * (size_t)nfds);
     }
-    if (c == 0) {
-      /* C: the command */
-      setsid();
-      int devnull = (want[0] < 0 || want[1] < 0 || want[2] < 0) ? open("/dev/null", O_RDWR | O_CLOEXEC) : -1;
-      for (int i = 0; i < 3; i++) {
-        int src = want[i] >= 0 ? want[i] : devnull;
-        if (src < 0 || dup2(src, i) < 0) _exit(126);
-      }
-      /* dispositions are all default (nobody here installs handlers); the
-       * mask is not: S blocks the signals it waits for */
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, NULL);
-      confine(cwd); /* uses the generation's descriptor: before closing the rest */
-      syscall(SYS_close_range, 3, ~0U, 0);
-      environ = env;
-      execvp(av[0], av);
-      int err = errno;
-      dprintf(2, "sandboxlite: %s: %s\n", av[0], err == ENOENT ? "command not found" : strerror(err));
-      _exit(err == ENOENT ? 127 : 126);
-    }
-    /* S keeps only the control socket */
-    if (ctrl > 0) syscall(SYS_close_range, 0, (unsigned)ctrl - 1, 0);
-    syscall(SYS_close_range, (unsigned)ctrl + 1, ~0U, 0);
-    s_id = id;
-    supervise(c);
+    if ((size_t)n < sizeof hdr && read_all(sv[1], (char *)hdr + n, sizeof hdr - (size_t)n) < 0) _exit(0);
+    char *payload = malloc((size_t)hdr[1] + 1);
+    if (!payload || (hdr[1] && read_all(sv[1], payload, hdr[1]) < 0)) _exit(0);
+    payload[hdr[1]] = 0;
+    close(sv[1]);
+    run_supervisor(hdr[0], payload, hdr[1], fds, nfds);
   }
-  free(f), free(env), free(av);
-  close_fds(fds, nfds);
+  close(sv[1]);
+  standby_pid = p;
+  standby_fd = sv[0];
+}
+
+static void drop_standby(void) {
+  if (standby_fd >= 0) close(standby_fd);
+  standby_fd = -1;
+  standby_pid = -1;
+}
+
+/* Hand a request to the standby supervisor; 0 on success. */
+static int hand_to_standby(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
+  if (standby_pid < 0) return -1;
+  uint32_t hdr[2] = {id, (uint32_t)plen};
+  struct iovec iov[2] = {{hdr, sizeof hdr}, {payload, plen}};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+  } cm;
+  struct msghdr msg = {0};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = plen ? 2 : 1;
+  if (nfds > 0) {
+    memset(&cm, 0, sizeof cm);
+    msg.msg_control = cm.buf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+  }
+  ssize_t n;
+  do n = sendmsg(standby_fd, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) { /* it died (or was killed from inside): forget it */
+    kill(standby_pid, SIGKILL);
+    drop_standby();
+    return -1;
+  }
+  size_t total = sizeof hdr + plen;
+  if ((size_t)n < total) { /* the rest of a large request */
+    size_t done = (size_t)n;
+    if (done < sizeof hdr) {
+      if (write_all(standby_fd, (char *)hdr + done, sizeof hdr - done) < 0) goto broken;
+      done = sizeof hdr;
+    }
+    if (write_all(standby_fd, payload + (done - sizeof hdr), plen - (done - sizeof hdr)) < 0) goto broken;
+  }
+  close(standby_fd);
+  standby_fd = -1;
+  return 0;
+broken:
+  kill(standby_pid, SIGKILL);
+  drop_standby();
+  return -1;
+}
+
+static void add_child(uint32_t id, pid_t pid) {
   if (n_children == cap_children) {
     cap_children = cap_children ? cap_children * 2 : 16;
     children = realloc(children, sizeof *children * cap_children);
     if (!children) die("realloc");
   }
   children[n_children].id = id;
-  children[n_children].pid = s;
+  children[n_children].pid = pid;
   n_children++;
+}
+
+static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
+  pid_t s = standby_pid;
+  if (hand_to_standby(id, payload, plen, fds, nfds) == 0) {
+    standby_pid = -1;
+  } else {
+    s = fork();
+    if (s < 0) {
+      int err = errno;
+      close_fds(fds, nfds);
+      send_errno(id, err);
+      return;
+    }
+    if (s == 0) {
+      confine_self();
+      run_supervisor(id, payload, plen, fds, nfds);
+    }
+  }
+  close_fds(fds, nfds);
+  add_child(id, s);
+  make_standby(); /* for the next request; it confines itself meanwhile */
   /* no reply on success: the host learns the outcome from 'X' */
 }
 
@@ -858,6 +966,7 @@ static void reap(void) {
     int st;
     pid_t p = waitpid(-1, &st, WNOHANG | __WALL);
     if (p <= 0) return;
+    if (p == standby_pid) drop_standby(); /* killed from inside: the next spawn makes one */
     for (size_t i = 0; i < n_children; i++)
       if (children[i].pid == p) {
         if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) { /* S did not get to report */
@@ -1056,6 +1165,7 @@ int main(int argc, char **argv) {
   pfds[1].fd = sfd;
   pfds[1].events = POLLIN;
   if (new_generation() < 0) die("setting up the sandbox's filesystem");
+  make_standby();
   send_str('H', 0, "sandboxlite-executor 2");
   for (;;) {
     int r = poll(pfds, 2 + n_sinks, -1);
