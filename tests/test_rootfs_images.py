@@ -206,3 +206,47 @@ def test_lean_copy_on_write_and_reset(lean):
         assert sb.exec(["python3", "-c", "import installed; print(installed.X)"]).stdout == b"42\n"
         sb.reset()
         assert sb.exec(["python3", "-c", "import installed"]).exit_code == 1
+
+
+NONROOT_IMPORT = r'''
+import json, sys
+from sandboxlite import Sandbox
+from sandboxlite.rootfs import manage
+info = manage.import_(sys.argv[1], "tiny")
+out = {"digest": info.manifest["digest"], "owner": (info.path / "root" / "etc" / "marker").stat().st_uid}
+with Sandbox(rootfs="tiny") as sb:
+    out["cow"] = sb.info["copy_on_write_root"]
+    out["note"] = sb.info["copy_on_write_note"]
+    out["write"] = sb.exec("echo mine > /etc/marker && cat /etc/marker").stdout_text
+    sb.reset()
+    out["after_reset"] = sb.exec("cat /etc/marker").stdout_text
+out["verify"] = manage.verify("tiny").ok
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_a_normal_user_imports_an_image_and_gets_a_copy_on_write_root(home, tiny_root, tmp_path):  # noqa: F811
+    """The non-root path: import (files owned by the user) and a copy-on-write root over it."""
+    from .helpers_nonroot import NOBODY_UID, make_nobody_home, parse_result, run_as_nobody, unprivileged_prereqs
+
+    why = unprivileged_prereqs()
+    if why:
+        pytest.fail(why)
+    original = manage.adopt(tiny_root, "tiny")
+    nobody_home = make_nobody_home()
+    try:
+        archive = manage.export("tiny", nobody_home / "tiny.tar.zst")
+        os.chown(archive, NOBODY_UID, NOBODY_UID)
+        script = nobody_home / "import.py"
+        script.write_text(NONROOT_IMPORT)
+        proc = run_as_nobody(script, [str(archive)], nobody_home)
+        out = parse_result(proc)
+    finally:
+        import shutil
+
+        shutil.rmtree(nobody_home, ignore_errors=True)
+    assert out["digest"] == original.manifest["digest"]
+    assert out["owner"] == NOBODY_UID
+    assert out["cow"] is True, out["note"]
+    assert out["write"] == "mine\n" and out["after_reset"] == "tiny image\n"
+    assert out["verify"] is True
