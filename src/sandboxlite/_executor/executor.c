@@ -464,9 +464,7 @@ static int new_generation(void) {
     rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (mnt < 0 || rootfd < 0) err = errno;
   }
-  close(hold[1]); /* G exits; the namespace lives on through our descriptors */
-  while (waitpid(g, NULL, __WALL) < 0 && errno == EINTR) {
-  }
+  close(hold[1]); /* G exits (reaped with the other orphans); the namespace lives on through our descriptors */
   if (mnt < 0 || rootfd < 0) {
     if (mnt >= 0) close(mnt);
     if (rootfd >= 0) close(rootfd);
@@ -1165,8 +1163,8 @@ int main(int argc, char **argv) {
   pfds[1].fd = sfd;
   pfds[1].events = POLLIN;
   if (new_generation() < 0) die("setting up the sandbox's filesystem");
-  make_standby();
   send_str('H', 0, "sandboxlite-executor 2");
+  make_standby(); /* confines itself while the host reads the hello */
   for (;;) {
     int r = poll(pfds, 2 + n_sinks, -1);
     if (r < 0) {
