@@ -111,11 +111,23 @@ def check_identity() -> Check:
         return Check("identity", "fail", e.message, e.hint or "")
     if ids is None:
         return Check("identity", "ok", f"sandboxes run as your uid {os.geteuid()} (uid 0 inside, no capabilities)")
-    return Check(
-        "identity", "ok",
+    import pwd
+
+    try:
+        dedicated = pwd.getpwnam("sandboxlite").pw_uid == ids[0]
+    except KeyError:
+        dedicated = False
+    detail = (
         f"caller is root: sandboxes run as host uid {ids[0]}, gid {ids[1]} (never host root); "
-        "mount sources must be reachable by that uid",
-    )  # fmt: skip
+        "mount sources must be reachable by that uid"
+    )
+    if not dedicated and not os.environ.get("SANDBOXLITE_UID"):
+        return Check(
+            "identity", "warn", detail + " (the shared 'nobody' account: images cannot be given to it safely)",
+            "create the system user: useradd --system --user-group --no-create-home sandboxlite "
+            "(tools/setup.sh does), then sandboxlite rootfs chown NAME",
+        )  # fmt: skip
+    return Check("identity", "ok", detail)
 
 
 def check_rootfs() -> Check:
