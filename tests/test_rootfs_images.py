@@ -250,3 +250,28 @@ def test_a_normal_user_imports_an_image_and_gets_a_copy_on_write_root(home, tiny
     assert out["cow"] is True, out["note"]
     assert out["write"] == "mine\n" and out["after_reset"] == "tiny image\n"
     assert out["verify"] is True
+
+
+# -- the default image (science), built by tools/setup.sh --------------------------------------
+@pytest.fixture(scope="module")
+def science():
+    try:
+        return manage.image_dir("science")
+    except RootfsError as e:
+        pytest.fail(f"the science image is missing ({e.message}); tools/setup.sh builds it: "
+                    ".venv/bin/sandboxlite rootfs build science")
+
+
+def test_science_is_the_default_and_has_the_papers_stack(science):
+    with Sandbox() as sb:
+        assert sb.info["rootfs"] == "science" and sb.info["copy_on_write_root"] is True
+        r = sb.exec(["python3", "-c", "import numpy, scipy, sympy, mpmath, matplotlib, pandas, chardet, IPython; "
+                     "print('ok')"])
+        assert r.stdout == b"ok\n", r.stderr_text
+        r = sb.exec("git --version && curl --version >/dev/null && wget --version >/dev/null && pip --version")
+        assert r.exit_code == 0, r.stderr_text
+        # the font cache was built into the image: importing pyplot does not rebuild it
+        r = sb.exec(["python3", "-c", "import matplotlib.pyplot as plt; plt.plot([1, 2]); plt.savefig('p.png')"])
+        assert r.exit_code == 0 and b"building the font cache" not in r.stderr, r.stderr_text
+        assert sb.read_file("/testbed/p.png").startswith(b"\x89PNG")
+        assert sb.exec("echo $MPLBACKEND").stdout == b"Agg\n"
