@@ -12,12 +12,20 @@
     ├── SandboxCrashed(SandboxError, RuntimeError)   the jail died under us
     ├── CommandTimeout(SandboxError, TimeoutError)   raised by ExecResult.check()
     ├── CommandFailed(SandboxError)                  raised by ExecResult.check()
-    └── SandboxFileError(SandboxError, OSError)      a file operation inside the sandbox failed
-        ├── SandboxFileNotFound(.., FileNotFoundError)
-        ├── SandboxPermissionError(.., PermissionError)
-        ├── SandboxIsADirectory(.., IsADirectoryError)
-        ├── SandboxNotADirectory(.., NotADirectoryError)
-        └── SandboxFileExists(.., FileExistsError)
+    ├── SandboxFileError(SandboxError, OSError)      a file operation inside the sandbox failed
+    │   ├── SandboxFileNotFound(.., FileNotFoundError)
+    │   ├── SandboxPermissionError(.., PermissionError)
+    │   ├── SandboxIsADirectory(.., IsADirectoryError)
+    │   ├── SandboxNotADirectory(.., NotADirectoryError)
+    │   └── SandboxFileExists(.., FileExistsError)
+    ├── TaskError(SandboxError, ValueError)          a task (task.json) is invalid: names the key
+    ├── ModelError(SandboxError)                     the model endpoint failed (after retries)
+    │   └── ContextOverflow(ModelError)              the conversation no longer fits the context
+    └── AgentError(SandboxError)                     how an agent run is steered (mini-swe-agent style)
+        ├── FormatError(AgentError)                  malformed model output: goes back to the model
+        ├── ToolError(AgentError)                    a tool call failed: goes back to the model
+        ├── Submitted(AgentError)                    the model called submit: the run ends well
+        └── LimitsExceeded(AgentError)               steps, tokens or time ran out
 
 A command that exits non-zero, or runs out of time, is *data*: ``Sandbox.exec``
 returns an ``ExecResult`` with ``exit_code`` and ``timed_out`` set.  Call
@@ -133,3 +141,39 @@ _BY_ERRNO = {
 def file_error(err: int, path: str, message: str | None = None) -> SandboxFileError:
     """The most specific ``SandboxFileError`` subclass for ``err``."""
     return _BY_ERRNO.get(err, SandboxFileError)(err, path, message)
+
+
+class TaskError(SandboxError, ValueError):
+    """A task definition is invalid; the message names the key and what is expected."""
+
+    def __init__(self, key: str, message: str, *, hint: str | None = None) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}", hint=hint)
+
+
+class ModelError(SandboxError):
+    """The model endpoint failed (after the retries)."""
+
+
+class ContextOverflow(ModelError):
+    """The conversation no longer fits in the model's context window."""
+
+
+class AgentError(SandboxError):
+    """Base of the exceptions that steer an agent run."""
+
+
+class FormatError(AgentError):
+    """The model's reply could not be understood; the message goes back to the model."""
+
+
+class ToolError(AgentError):
+    """A tool call failed (bad arguments, unknown tool, refused edit); the message goes back to the model."""
+
+
+class Submitted(AgentError):
+    """The model called ``submit``: the episode ends."""
+
+
+class LimitsExceeded(AgentError):
+    """A limit (steps, tokens, wall time, format errors in a row) ended the run."""
