@@ -1,0 +1,71 @@
+"""Prompt templates: a system prompt and an instance prompt, overridable with ``--prompt FILE``.
+
+A template file has two sections, ``[system]`` and ``[instance]``; ``{placeholders}`` are filled
+with :data:`PLACEHOLDERS` (unknown ones are an error, literal braces are written ``{{`` ``}}``).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ..errors import TaskError
+
+WORKDIR = "/testbed"
+INPUT_DIR = "/testbed/input"
+OUTPUT_DIR = "/testbed/output"
+ANSWER_FILE = "/testbed/output/answer.txt"
+
+PLACEHOLDERS = ("query", "workdir", "input_dir", "output_dir", "answer_file", "inputs", "inputs_inline")
+
+_SECTION = re.compile(r"^\[(system|instance)\]\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    system: str
+    instance: str
+    source: str
+
+    @classmethod
+    def load(cls, path: str | None = None, *, mode: str = "sandbox") -> "PromptTemplate":
+        if path is None:
+            name = "vanilla.txt" if mode == "vanilla" else "default.txt"
+            text = resources.files("sandboxlite.agent").joinpath("templates", name).read_text()
+            return cls.parse(text, f"builtin:{name}")
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
+            raise TaskError("prompt", f"cannot read {path}: {e.strerror}") from None
+        return cls.parse(text, str(path))
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> "PromptTemplate":
+        parts = _SECTION.split(text)
+        sections = {parts[i]: parts[i + 1].strip("\n") for i in range(1, len(parts) - 1, 2)}
+        if set(sections) != {"system", "instance"}:
+            raise TaskError("prompt", f"{source}: needs a [system] and an [instance] section")
+        for name, body in sections.items():
+            for _, field, _, _ in string.Formatter().parse(body):
+                if field is not None and field not in PLACEHOLDERS:
+                    raise TaskError("prompt", f"{source} [{name}]: unknown placeholder {{{field}}} "
+                                    f"(known: {', '.join(PLACEHOLDERS)})")  # fmt: skip
+        return cls(sections["system"], sections["instance"], source)
+
+    def render(self, query: str, inputs: dict[str, str]) -> tuple[str, str]:
+        """(system, instance) text for a task whose inputs are ``name -> text``."""
+        listing = "\n".join(f"- {INPUT_DIR}/{n} ({len(t.encode())} bytes)" for n, t in sorted(inputs.items()))
+        inline = "\n\n".join(f"=== {n} ===\n{t}" for n, t in sorted(inputs.items()))
+        values = {
+            "query": query,
+            "workdir": WORKDIR,
+            "input_dir": INPUT_DIR,
+            "output_dir": OUTPUT_DIR,
+            "answer_file": ANSWER_FILE,
+            "inputs": listing or "(none)",
+            "inputs_inline": inline,
+        }
+        return self.system.format(**values), self.instance.format(**values).rstrip() + "\n"

@@ -1,0 +1,124 @@
+"""The task format (``task.json``): what to solve, with which inputs, under which limits.
+
+::
+
+    {
+      "id": "demo_004",                      # required: letters, digits, "._-"
+      "query": "Read /testbed/input/numbers.txt and write their sum.",   # required
+      "input_files": {"numbers.txt": "17\\n25"},   # name -> text, placed in /testbed/input
+      "input_dir": "/host/dir",              # or: a host directory copied to /testbed/input
+      "rootfs": "auto",                      # as SandboxConfig.rootfs
+      "network": "none",                     # "none" or "host"
+      "max_steps": 50,                       # model turns
+      "timeout_s": 1800,                     # wall time of the whole run
+      "model": null,                         # default model (the CLI's --model wins)
+      "prompt": null,                        # a prompt template file (see prompts.py)
+      "metadata": {}                         # free-form: domain, ground truth, ... (kept in the trajectory)
+    }
+
+Unknown keys and wrong types raise ``TaskError`` naming the key and the expected type.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import TaskError
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+# key -> (python types, description for error messages, required)
+_FIELDS: dict[str, tuple[tuple[type, ...], str, bool]] = {
+    "id": ((str,), "a string of letters, digits, '.', '_' or '-'", True),
+    "query": ((str,), "a non-empty string", True),
+    "input_files": ((dict,), "an object mapping file names to text", False),
+    "input_dir": ((str,), "a host directory path", False),
+    "rootfs": ((str,), 'a string ("auto", "host", an image name or a directory)', False),
+    "network": ((str,), '"none" or "host"', False),
+    "max_steps": ((int,), "a positive integer", False),
+    "timeout_s": ((int, float), "a positive number of seconds", False),
+    "model": ((str, type(None)), "a model name or null", False),
+    "prompt": ((str, type(None)), "a prompt template file path or null", False),
+    "metadata": ((dict,), "an object", False),
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    query: str
+    input_files: dict[str, str] = field(default_factory=dict)
+    input_dir: str | None = None
+    rootfs: str = "auto"
+    network: str = "none"
+    max_steps: int = 50
+    timeout_s: float = 1800.0
+    model: str | None = None
+    prompt: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, base_dir: str | os.PathLike | None = None) -> "Task":
+        """Validate a decoded task.json; relative paths are taken from ``base_dir``."""
+        if not isinstance(data, dict):
+            raise TaskError("task", f"expected a JSON object, got {type(data).__name__}")
+        for key in data:
+            if key not in _FIELDS:
+                raise TaskError(key, f"unknown key (allowed: {', '.join(_FIELDS)})")
+        for key, (types, what, required) in _FIELDS.items():
+            if key not in data:
+                if required:
+                    raise TaskError(key, f"missing; expected {what}")
+                continue
+            value = data[key]
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise TaskError(key, f"expected {what}, got {type(value).__name__} {value!r:.60}")
+        if not _ID.match(data["id"]):
+            raise TaskError("id", f"expected {_FIELDS['id'][1]} (at most 128), got {data['id']!r:.60}")
+        if not data["query"].strip():
+            raise TaskError("query", "must not be empty")
+        files = data.get("input_files", {})
+        for name, text in files.items():
+            if not isinstance(text, str):
+                raise TaskError(f"input_files[{name!r}]", f"expected text (a string), got {type(text).__name__}")
+            parts = Path(name).parts
+            if not name or name.startswith("/") or ".." in parts or "\0" in name:
+                raise TaskError(f"input_files[{name!r}]", "expected a relative file name without '..'")
+        if "input_files" in data and "input_dir" in data:
+            raise TaskError("input_dir", "give either input_files or input_dir, not both")
+        if data.get("network", "none") not in ("none", "host"):
+            raise TaskError("network", f'expected "none" or "host", got {data["network"]!r}')
+        if data.get("max_steps", 1) <= 0:
+            raise TaskError("max_steps", "expected a positive integer")
+        if data.get("timeout_s", 1) <= 0:
+            raise TaskError("timeout_s", "expected a positive number of seconds")
+        values = dict(data)
+        for key in ("input_dir", "prompt"):
+            if values.get(key) and base_dir is not None and not os.path.isabs(values[key]):
+                values[key] = str(Path(base_dir) / values[key])
+        if values.get("input_dir") and not os.path.isdir(values["input_dir"]):
+            raise TaskError("input_dir", f"{values['input_dir']} is not a directory")
+        if values.get("prompt") and not os.path.isfile(values["prompt"]):
+            raise TaskError("prompt", f"{values['prompt']} does not exist")
+        return cls(**values)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Task":
+        p = Path(path)
+        try:
+            raw = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise TaskError("task", f"cannot read {p}: {e.strerror}") from None
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise TaskError("task", f"{p} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        return cls.from_dict(data, base_dir=p.parent)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
