@@ -9,7 +9,7 @@ import click
 
 from . import __version__
 from .config import Limits, Mount, SandboxConfig
-from .errors import ConfigError, SandboxError
+from .errors import ConfigError, SandboxError, TaskError
 
 # Exit codes of our own (a command's own exit code passes through unchanged).
 EXIT_USAGE = 2  # bad arguments or config
@@ -18,7 +18,7 @@ EXIT_SANDBOX = 125  # sandboxlite itself failed (like `docker run`)
 
 def _fail(e: SandboxError) -> None:
     click.echo(f"sandboxlite: {e}", err=True)
-    sys.exit(EXIT_USAGE if isinstance(e, ConfigError) else EXIT_SANDBOX)
+    sys.exit(EXIT_USAGE if isinstance(e, (ConfigError, TaskError)) else EXIT_SANDBOX)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -92,6 +92,71 @@ def exec_(rootfs, mounts, timeout, network, envs, workdir, memory_mb, command) -
         click.echo(f"sandboxlite: timed out after {result.duration_s:.1f}s", err=True)
     sys.stderr.buffer.flush()
     sys.exit(result.exit_code)
+
+
+EXIT_NOT_SUBMITTED = 1  # the run ended without the model calling submit
+EXIT_MODEL = 3  # the model endpoint failed
+
+
+@main.command()
+@click.argument("task_file", metavar="TASK.json", type=click.Path(dir_okay=False))
+@click.option("--model", "model_name", default=None, help="local (default), or a model on an OpenAI-compatible endpoint.")
+@click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL).")
+@click.option("--api-key", default=None, help="API key (default: $OPENAI_API_KEY).")
+@click.option("--temperature", type=float, default=None)
+@click.option("--max-steps", type=int, default=None, help="Override the task's max_steps.")
+@click.option("--output-dir", type=click.Path(file_okay=False), default=None,
+              help="Default: ./output/<timestamp>-<task id>/")  # fmt: skip
+@click.option("--prompt", "prompt_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A prompt template file ([system] and [instance] sections).")  # fmt: skip
+@click.option("--mode", type=click.Choice(["sandbox", "vanilla"]), default="sandbox", show_default=True)
+@click.option("--quiet", is_flag=True, help="No step-by-step view.")
+def run(task_file, model_name, base_url, api_key, temperature, max_steps, output_dir, prompt_file, mode, quiet) -> None:
+    """Let a model solve TASK.json inside a fresh sandbox; outputs land in --output-dir."""
+    from .agent.loop import AgentLimits
+    from .agent.profiles import resolve_model
+    from .agent.run import run_task
+    from .agent.task import Task
+    from .errors import ModelError
+
+    try:
+        task = Task.load(task_file)
+        if prompt_file:
+            task = dataclasses.replace(task, prompt=prompt_file)
+        limits = AgentLimits(max_steps=max_steps or task.max_steps, max_wall_s=task.timeout_s)
+        model = resolve_model(model_name or task.model or "local", base_url=base_url, api_key=api_key,
+                              temperature=temperature)  # fmt: skip
+        on_step = None if quiet else _print_step
+        result = run_task(task, model, output_dir=output_dir, mode=mode, limits=limits, on_step=on_step)
+    except ModelError as e:
+        click.echo(f"sandboxlite: {e}", err=True)
+        sys.exit(EXIT_MODEL)
+    except SandboxError as e:
+        _fail(e)
+        return
+    answer = (result.answer or "").strip()
+    click.echo(f"{result.exit_reason}: {result.steps} steps, {result.duration_s:.1f}s, "
+               f"{result.usage.get('total_tokens', 0)} tokens -> {result.output_dir}", err=True)  # fmt: skip
+    if answer:
+        click.echo(answer)
+    if not result.ok:
+        click.echo(f"sandboxlite: the run ended without an answer: {result.exit_reason}", err=True)
+        sys.exit(EXIT_MODEL if result.exit_reason.startswith("model error") else EXIT_NOT_SUBMITTED)
+
+
+def _print_step(agent, step) -> None:
+    """A compact live view of the run on stderr."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(stderr=True, highlight=False)
+    timing = f"[dim]{step.model_s:.1f}s model, {step.tools_s:.1f}s tools[/dim]"
+    if step.error:
+        console.print(f"[bold]step {step.index}[/bold] [yellow]{escape(step.error[:120])}[/yellow] {timing}")
+    for obs in step.observations:
+        first = (obs["output"].strip().splitlines() or [""])[0][:100]
+        args = escape(str(obs["arguments"])[:80])
+        console.print(f"[bold]step {step.index}[/bold] [cyan]{obs['tool']}[/cyan] {args} -> {escape(first)} {timing}")
 
 
 @main.group()

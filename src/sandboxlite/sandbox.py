@@ -837,25 +837,38 @@ class Sandbox:
                             self.write_file(sp, fh.read(), mode=st.st_mode & 0o777)
                     # sockets, fifos and devices are not copied
 
-    def download(self, path: str | os.PathLike, host_path: str | os.PathLike) -> list[str]:
+    def download(
+        self,
+        path: str | os.PathLike,
+        host_path: str | os.PathLike,
+        *,
+        symlinks: bool = True,
+        max_bytes: int | None = None,
+    ) -> list[str]:
         """Copy a file or directory tree out of the sandbox to ``host_path``.
 
         Symlinks are never followed: a link inside the tree is recreated only
-        when it is relative and stays inside the tree; any other link is left
-        out.  Returns the sandbox paths that were left out (links, fifos,
-        sockets, devices), so nothing is lost silently.
+        when it is relative, stays inside the tree and ``symlinks`` is true;
+        any other link is left out.  With ``max_bytes``, files that would take
+        the total over it are left out.  Returns the sandbox paths that were
+        left out (links, fifos, sockets, devices, files over the cap), so
+        nothing is lost silently.
         """
         p = self._abs(path)
         dst = Path(host_path)
         with self._lock:
             fd = self._open(p, os.O_RDONLY)
         skipped: list[str] = []
+        budget = [max_bytes if max_bytes is not None else -1]
         try:
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode):
-                _copy_fd_to_host(fd, dst, st.st_mode)
+                if budget[0] >= 0 and st.st_size > budget[0]:
+                    skipped.append(p)
+                else:
+                    _copy_fd_to_host(fd, dst, st.st_mode)
             elif stat.S_ISDIR(st.st_mode):
-                _copy_dir_to_host(fd, dst, p, "", skipped)
+                _copy_dir_to_host(fd, dst, p, "", skipped, symlinks, budget)
             else:
                 raise file_error(errno.EINVAL, p, "not a regular file or directory")
         finally:
@@ -906,7 +919,9 @@ def _inside(rel_dir: str, target: str) -> bool:
     return True
 
 
-def _copy_dir_to_host(dfd: int, dst: Path, sandbox_path: str, rel: str, skipped: list[str]) -> None:
+def _copy_dir_to_host(
+    dfd: int, dst: Path, sandbox_path: str, rel: str, skipped: list[str], symlinks: bool, budget: list[int]
+) -> None:
     if dst.is_symlink():
         dst.unlink()
     dst.mkdir(parents=True, exist_ok=True)
@@ -920,7 +935,7 @@ def _copy_dir_to_host(dfd: int, dst: Path, sandbox_path: str, rel: str, skipped:
         target_path = dst / name
         if stat.S_ISLNK(st.st_mode):
             link = os.readlink(name, dir_fd=dfd)
-            if _inside(rel, link):
+            if symlinks and _inside(rel, link):
                 if target_path.is_symlink() or target_path.is_file():
                     target_path.unlink()
                 os.symlink(link, target_path)
@@ -933,9 +948,12 @@ def _copy_dir_to_host(dfd: int, dst: Path, sandbox_path: str, rel: str, skipped:
                 skipped.append(spath)
                 continue
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                fst = os.fstat(fd)
+                if not stat.S_ISREG(fst.st_mode) or (budget[0] >= 0 and fst.st_size > budget[0]):
                     skipped.append(spath)
                     continue
+                if budget[0] >= 0:
+                    budget[0] -= fst.st_size
                 os.set_blocking(fd, True)
                 _copy_fd_to_host(fd, target_path, st.st_mode)
             finally:
@@ -947,7 +965,7 @@ def _copy_dir_to_host(dfd: int, dst: Path, sandbox_path: str, rel: str, skipped:
                 skipped.append(spath)
                 continue
             try:
-                _copy_dir_to_host(sub, target_path, spath, f"{rel}/{name}" if rel else name, skipped)
+                _copy_dir_to_host(sub, target_path, spath, f"{rel}/{name}" if rel else name, skipped, symlinks, budget)
             finally:
                 os.close(sub)
         else:

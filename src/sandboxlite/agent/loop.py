@@ -1,0 +1,144 @@
+"""The agent loop: ask the model, run every tool call it makes, feed the results back.
+
+Small on purpose (after mini-swe-agent): a few exceptions steer it.
+``Submitted`` ends it well, ``LimitsExceeded`` ends it early, ``FormatError`` and
+``ToolError`` go back to the model as messages (a bounded number of format
+errors in a row, then the run ends with that reason).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ContextOverflow, FormatError, LimitsExceeded, ModelError, Submitted, ToolError
+
+NO_TOOL_CALL = (
+    "Your reply did not call a tool. Work on the task with execute_bash or str_replace_editor, "
+    "and call submit when the final answer is in /testbed/output/answer.txt."
+)
+
+
+@dataclass
+class AgentLimits:
+    max_steps: int = 50  # model turns
+    max_total_tokens: int | None = None  # prompt + completion, summed over the run
+    max_wall_s: float | None = None  # the whole run
+    max_format_errors: int = 3  # malformed replies in a row
+
+
+@dataclass
+class Step:
+    """One model turn, as the trajectory records it."""
+
+    index: int
+    model_s: float
+    tools_s: float
+    assistant: dict[str, Any]
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+class Agent:
+    def __init__(
+        self,
+        model: Any,
+        tools: Any,
+        limits: AgentLimits | None = None,
+        *,
+        on_step: Callable[["Agent", Step], None] | None = None,
+    ) -> None:
+        self.model, self.tools = model, tools
+        self.limits = limits or AgentLimits()
+        self.on_step = on_step
+        self.messages: list[dict[str, Any]] = []
+        self.steps: list[Step] = []
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        self.format_errors = 0
+        self.started = 0.0
+
+    def run(self, system: str, instance: str) -> str:
+        """Run to the end; returns the exit reason ("submitted", or why it stopped)."""
+        self.messages = [{"role": "system", "content": system}, {"role": "user", "content": instance}]
+        self.started = time.monotonic()
+        while True:
+            try:
+                self.step()
+            except Submitted:
+                return "submitted"
+            except LimitsExceeded as e:
+                return f"limits exceeded: {e.message}"
+            except ModelError as e:
+                return f"model error: {e.message}"
+
+    def step(self) -> None:
+        self._check_limits()
+        t0 = time.monotonic()
+        try:
+            reply = self.model.complete(self.messages, self.tools.schemas())
+        except ContextOverflow as e:
+            raise LimitsExceeded(f"the conversation no longer fits the model's context ({e.message})") from None
+        except FormatError as e:  # the model's text could not be parsed into a tool call
+            return self._format_error(e.message, time.monotonic() - t0)
+        model_s = time.monotonic() - t0
+        for k in self.usage:
+            self.usage[k] += int(reply.usage.get(k) or 0)
+        step = Step(len(self.steps) + 1, model_s, 0.0, reply.to_message(), usage=dict(reply.usage))
+        self.messages.append(step.assistant)
+        if not reply.tool_calls:
+            self.steps.append(step)
+            return self._format_error(NO_TOOL_CALL, 0.0, step)
+        self.format_errors = 0
+        submitted = False
+        t1 = time.monotonic()
+        for call in reply.tool_calls:  # every call is answered, in order
+            try:
+                result = self.tools.call(call.name, call.arguments)
+                text, data = result.output, dict(result.data)
+                submitted = submitted or result.submitted
+            except ToolError as e:
+                text, data = f"Error: {e.message}", {"error": e.message}
+            self._observe(call, text, reply.native, step, data)
+        step.tools_s = time.monotonic() - t1
+        self.steps.append(step)
+        self._notify(step)
+        if submitted:
+            raise Submitted("the model called submit")
+
+    # -- helpers -----------------------------------------------------------------------
+    def _observe(self, call: Any, text: str, native: bool, step: Step, data: dict[str, Any]) -> None:
+        if native:
+            msg = {"role": "tool", "tool_call_id": call.id, "content": text}
+        else:  # the model wrote its call as text: answer in kind
+            msg = {"role": "user", "content": f"<tool_response>\n{json.dumps({'name': call.name})}\n{text}\n</tool_response>"}
+        self.messages.append(msg)
+        step.observations.append({"tool": call.name, "call_id": call.id, "arguments": call.arguments,
+                                  "output": text, "data": data})  # fmt: skip
+
+    def _format_error(self, message: str, model_s: float, step: Step | None = None) -> None:
+        self.format_errors += 1
+        self.messages.append({"role": "user", "content": message})
+        if step is None:
+            step = Step(len(self.steps) + 1, model_s, 0.0, {"role": "assistant", "content": None})
+            self.steps.append(step)
+        step.error = message
+        self._notify(step)
+        if self.format_errors >= self.limits.max_format_errors:
+            raise LimitsExceeded(f"{self.format_errors} replies in a row without a usable tool call; last: {message}")
+
+    def _notify(self, step: Step) -> None:
+        if self.on_step is not None:
+            self.on_step(self, step)
+
+    def _check_limits(self) -> None:
+        lim = self.limits
+        if len(self.steps) >= lim.max_steps:
+            raise LimitsExceeded(f"max_steps={lim.max_steps} reached")
+        if lim.max_total_tokens is not None and self.usage["total_tokens"] >= lim.max_total_tokens:
+            raise LimitsExceeded(f"token budget {lim.max_total_tokens} used up")
+        if lim.max_wall_s is not None and time.monotonic() - self.started >= lim.max_wall_s:
+            raise LimitsExceeded(f"wall time {lim.max_wall_s:.0f}s used up")

@@ -1,0 +1,173 @@
+"""``run_task``: one task, one sandbox, one model, from start to the output directory.
+
+The output directory gets, as the run goes (so an interrupted run loses nothing):
+``trajectory.json`` (rewritten after every step), and at the end ``answer.txt`` and
+``files/`` (what the model left in /testbed/output: regular files only, never
+following a symlink, size-capped).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import SandboxConfig
+from ..errors import ModelError, SandboxFileError
+from ..sandbox import Sandbox
+from .loop import Agent, AgentLimits, Step
+from .prompts import ANSWER_FILE, INPUT_DIR, OUTPUT_DIR, PromptTemplate
+from .task import Task
+
+MAX_EXPORT_BYTES = 256 << 20  # files/ copied out of /testbed/output
+MAX_ANSWER_BYTES = 1 << 20
+
+
+@dataclass
+class RunResult:
+    task_id: str
+    exit_reason: str
+    submitted: bool
+    answer: str | None
+    steps: int
+    usage: dict[str, int]
+    duration_s: float
+    output_dir: str
+    skipped_outputs: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.submitted
+
+
+def default_output_dir(task: Task) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("output") / f"{stamp}-{task.id}"
+
+
+class TrajectoryWriter:
+    """Keeps ``trajectory.json`` current: rewritten atomically after every step."""
+
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {**header, "steps": [], "messages": [], "exit_reason": None}
+        self.flush()
+
+    def update(self, agent: Agent | None = None, **fields: Any) -> None:
+        if agent is not None:
+            self.data["messages"] = agent.messages
+            self.data["steps"] = [asdict(s) for s in agent.steps]
+            self.data["usage"] = dict(agent.usage)
+        self.data.update(fields)
+        self.flush()
+
+    def flush(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, ensure_ascii=False, default=str))
+        os.replace(tmp, self.path)
+
+
+def _inputs(task: Task) -> dict[str, str]:
+    """name -> text of the inputs (for the prompt; input_dir files are listed, read when small)."""
+    if task.input_files:
+        return dict(task.input_files)
+    files: dict[str, str] = {}
+    if task.input_dir:
+        root = Path(task.input_dir)
+        for p in sorted(root.rglob("*")):
+            if p.is_file() and not p.is_symlink():
+                try:
+                    files[str(p.relative_to(root))] = p.read_text(errors="replace")
+                except OSError:
+                    continue
+    return files
+
+
+def run_task(
+    task: Task,
+    model: Any,
+    *,
+    output_dir: str | os.PathLike | None = None,
+    mode: str = "sandbox",
+    limits: AgentLimits | None = None,
+    config: SandboxConfig | None = None,
+    on_step: Callable[[Agent, Step], None] | None = None,
+) -> RunResult:
+    """Solve ``task`` with ``model`` (an ``OpenAIModel``, ``FakeModel``, ...) and write the outputs."""
+    out = Path(output_dir) if output_dir is not None else default_output_dir(task)
+    out.mkdir(parents=True, exist_ok=True)
+    template = PromptTemplate.load(task.prompt, mode=mode)
+    inputs = _inputs(task)
+    system, instance = template.render(task.query, inputs)
+    limits = limits or AgentLimits(max_steps=task.max_steps, max_wall_s=task.timeout_s)
+    writer = TrajectoryWriter(out / "trajectory.json", {
+        "task": task.to_dict(), "model": getattr(model, "name", type(model).__name__), "mode": mode,
+        "prompt_template": template.source, "limits": asdict(limits),
+        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    })  # fmt: skip
+    start = time.monotonic()
+    if mode == "vanilla":
+        return _run_vanilla(task, model, system, instance, out, writer, start)
+    if mode != "sandbox":
+        raise ValueError(f"mode must be 'sandbox' or 'vanilla', got {mode!r}")
+    from .tools import Tools
+
+    config = config or SandboxConfig(rootfs=task.rootfs, network=task.network)
+    answer, skipped, reason = None, [], "interrupted"
+    with Sandbox(config) as sb:
+        sb.mkdir(INPUT_DIR)
+        sb.mkdir(OUTPUT_DIR)
+        for name, text in task.input_files.items():
+            sb.write_file(f"{INPUT_DIR}/{name}", text)
+        if task.input_dir:
+            sb.upload(task.input_dir, INPUT_DIR)
+        tools = Tools(sb)
+
+        def step_done(agent: Agent, step: Step) -> None:
+            writer.update(agent)
+            if on_step is not None:
+                on_step(agent, step)
+
+        agent = Agent(model, tools, limits, on_step=step_done)
+        try:
+            reason = agent.run(system, instance)
+        finally:  # also on Ctrl-C: keep what there is
+            writer.update(agent, exit_reason=reason, duration_s=round(time.monotonic() - start, 3))
+            try:
+                skipped = sb.download(OUTPUT_DIR, out / "files", symlinks=False, max_bytes=MAX_EXPORT_BYTES)
+                answer = sb.read_file(ANSWER_FILE, max_bytes=MAX_ANSWER_BYTES).decode("utf-8", "replace")
+            except SandboxFileError:
+                pass
+            finally:
+                tools.close()
+    if answer is not None:
+        (out / "answer.txt").write_text(answer)
+    writer.update(agent, skipped_outputs=skipped, answer=answer)
+    return RunResult(task.id, reason, reason == "submitted", answer, len(agent.steps), dict(agent.usage),
+                     round(time.monotonic() - start, 3), str(out), skipped)  # fmt: skip
+
+
+def _run_vanilla(task: Task, model: Any, system: str, instance: str, out: Path, writer: TrajectoryWriter,
+                 start: float) -> RunResult:  # fmt: skip
+    """The paper's baseline: the same task in one chat call, no sandbox and no tools."""
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": instance}]
+    try:
+        reply = model.complete(messages, [])
+        reason = "answered"
+    except ModelError as e:
+        reply, reason = None, f"model error: {e.message}"
+    answer = reply.content if reply is not None else None
+    if reply is not None:
+        messages.append(reply.to_message())
+    if answer is not None:
+        (out / "answer.txt").write_text(answer)
+    usage = dict(reply.usage) if reply is not None else {}
+    writer.update(messages=messages, exit_reason=reason, answer=answer, usage=usage,
+                  duration_s=round(time.monotonic() - start, 3))  # fmt: skip
+    return RunResult(task.id, reason, reason == "answered", answer, 1, usage, round(time.monotonic() - start, 3),
+                     str(out))  # fmt: skip
