@@ -27,6 +27,16 @@ from .shell import Shell
 
 __version__ = "0.1.0"
 
+_AGENT = {"run_task": "run", "RunResult": "run", "Task": "task", "FakeModel": "model", "OpenAIModel": "model"}
+
+
+def __getattr__(name: str):  # the agent layer (and openai) load only when asked for
+    if name in _AGENT:
+        import importlib
+
+        return getattr(importlib.import_module(f"sandboxlite.agent.{_AGENT[name]}"), name)
+    raise AttributeError(f"module 'sandboxlite' has no attribute {name!r}")
+
 __all__ = [
     "Sandbox",
     "SandboxConfig",
@@ -44,4 +54,9 @@ __all__ = [
     "CommandFailed",
     "SandboxFileError",
     "__version__",
+    "run_task",
+    "RunResult",
+    "Task",
+    "FakeModel",
+    "OpenAIModel",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 
 import click
@@ -104,6 +105,9 @@ EXIT_MODEL = 3  # the model endpoint failed
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL).")
 @click.option("--api-key", default=None, help="API key (default: $OPENAI_API_KEY).")
 @click.option("--temperature", type=float, default=None)
+@click.option("--max-tokens", type=int, default=None, help="Cap on the tokens of each model reply.")
+@click.option("--token-budget", type=int, default=None, help="Cap on all tokens of the run (prompt + completion).")
+@click.option("--extra-body", default=None, metavar="JSON", help="Extra request fields, e.g. '{\"top_k\": 20}'.")
 @click.option("--max-steps", type=int, default=None, help="Override the task's max_steps.")
 @click.option("--output-dir", type=click.Path(file_okay=False), default=None,
               help="Default: ./output/<timestamp>-<task id>/")  # fmt: skip
@@ -111,7 +115,8 @@ EXIT_MODEL = 3  # the model endpoint failed
               help="A prompt template file ([system] and [instance] sections).")  # fmt: skip
 @click.option("--mode", type=click.Choice(["sandbox", "vanilla"]), default="sandbox", show_default=True)
 @click.option("--quiet", is_flag=True, help="No step-by-step view.")
-def run(task_file, model_name, base_url, api_key, temperature, max_steps, output_dir, prompt_file, mode, quiet) -> None:
+def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token_budget, extra_body, max_steps,
+        output_dir, prompt_file, mode, quiet) -> None:  # fmt: skip
     """Let a model solve TASK.json inside a fresh sandbox; outputs land in --output-dir."""
     from .agent.loop import AgentLimits
     from .agent.profiles import resolve_model
@@ -123,9 +128,14 @@ def run(task_file, model_name, base_url, api_key, temperature, max_steps, output
         task = Task.load(task_file)
         if prompt_file:
             task = dataclasses.replace(task, prompt=prompt_file)
-        limits = AgentLimits(max_steps=max_steps or task.max_steps, max_wall_s=task.timeout_s)
+        try:
+            extra = json.loads(extra_body) if extra_body else None
+        except json.JSONDecodeError as e:
+            raise ConfigError("--extra-body", f"not valid JSON: {e.msg}") from None
+        limits = AgentLimits(max_steps=max_steps or task.max_steps, max_wall_s=task.timeout_s,
+                             max_total_tokens=token_budget)  # fmt: skip
         model = resolve_model(model_name or task.model or "local", base_url=base_url, api_key=api_key,
-                              temperature=temperature)  # fmt: skip
+                              temperature=temperature, max_tokens=max_tokens, extra_body=extra)  # fmt: skip
         on_step = None if quiet else _print_step
         result = run_task(task, model, output_dir=output_dir, mode=mode, limits=limits, on_step=on_step)
     except ModelError as e:
