@@ -163,3 +163,38 @@ def test_cli_run_rejects_malformed_tasks(tmp_path):
     bad.write_text("{")
     r = CliRunner().invoke(main, ["run", str(bad), "--model", "m"])
     assert r.exit_code == EXIT_USAGE and "not valid JSON" in r.stderr
+
+
+def test_ctrl_c_loses_nothing(tmp_path):
+    def interrupt(messages, tools):
+        raise KeyboardInterrupt
+
+    model = FakeModel([bash("echo 42 > /testbed/output/answer.txt"), interrupt])
+    with pytest.raises(KeyboardInterrupt):
+        run_task(SUM, model, output_dir=tmp_path)
+    t = json.loads((tmp_path / "trajectory.json").read_text())
+    assert t["exit_reason"] == "interrupted" and len(t["steps"]) == 1
+    assert (tmp_path / "answer.txt").read_text() == "42\n" and (tmp_path / "files" / "answer.txt").exists()
+
+
+def test_context_overflow_clips_old_outputs_then_gives_up(tmp_path):
+    from sandboxlite.errors import ContextOverflow
+
+    seen = []
+
+    def overflow_once(messages, tools):
+        seen.append(max(len(m.get("content") or "") for m in messages[2:]))
+        if len(seen) == 1:
+            raise ContextOverflow("maximum context length exceeded")
+        return submit()
+
+    script = [bash("head -c 9000 /dev/zero | tr '\\\\0' x"), bash("true"), bash("true"), bash("true"), overflow_once,
+              overflow_once]  # the script advances on every call: once failing, once after the clip
+    r = run_task(SUM, FakeModel(script), output_dir=tmp_path / "a")
+    assert r.submitted and seen[0] > 9000 and seen[1] < 3000  # the big output was clipped, then it went on
+
+    def always(messages, tools):
+        raise ContextOverflow("maximum context length exceeded")
+
+    r = run_task(SUM, FakeModel([always]), output_dir=tmp_path / "b")
+    assert not r.submitted and "no longer fits" in r.exit_reason

@@ -79,7 +79,12 @@ class Agent:
         self._check_limits()
         t0 = time.monotonic()
         try:
-            reply = self.model.complete(self.messages, self.tools.schemas())
+            try:
+                reply = self.model.complete(self.messages, self.tools.schemas())
+            except ContextOverflow:
+                if not self._shrink_history():
+                    raise
+                reply = self.model.complete(self.messages, self.tools.schemas())
         except ContextOverflow as e:
             raise LimitsExceeded(f"the conversation no longer fits the model's context ({e.message})") from None
         except FormatError as e:  # the model's text could not be parsed into a tool call
@@ -110,6 +115,20 @@ class Agent:
             raise Submitted("the model called submit")
 
     # -- helpers -----------------------------------------------------------------------
+    def _shrink_history(self, keep_recent: int = 4, keep_chars: int = 2000) -> bool:
+        """On context overflow: clip old tool outputs (head and tail kept), once per overflow.
+        Returns whether anything got shorter."""
+        shrunk = False
+        old = self.messages[2 : max(2, len(self.messages) - keep_recent)]
+        for msg in old:
+            text = msg.get("content")
+            is_output = msg.get("role") == "tool" or (msg.get("role") == "user" and "<tool_response>" in (text or ""))
+            if is_output and isinstance(text, str) and len(text) > keep_chars:
+                half = keep_chars // 2
+                msg["content"] = f"{text[:half]}\n[... {len(text) - keep_chars} characters dropped to fit the context ...]\n{text[-half:]}"
+                shrunk = True
+        return shrunk
+
     def _observe(self, call: Any, text: str, native: bool, step: Step, data: dict[str, Any]) -> None:
         if native:
             msg = {"role": "tool", "tool_call_id": call.id, "content": text}

@@ -145,9 +145,9 @@ def run_task(
                 pass
             finally:
                 tools.close()
-    if answer is not None:
-        (out / "answer.txt").write_text(answer)
-    writer.update(agent, skipped_outputs=skipped, answer=answer)
+                if answer is not None:
+                    (out / "answer.txt").write_text(answer)
+                writer.update(agent, skipped_outputs=skipped, answer=answer)
     return RunResult(task.id, reason, reason == "submitted", answer, len(agent.steps), dict(agent.usage),
                      round(time.monotonic() - start, 3), str(out), skipped)  # fmt: skip
 
