@@ -45,8 +45,10 @@ HOOKS = {
     "no-setuid": 'find "$1" -xdev -type f -perm /6000 -exec chmod ug-s {} +',
     # mount points the jail needs, present in the image itself
     "mount-points": 'mkdir -p "$1/testbed/input" "$1/testbed/output" "$1/proc" "$1/dev" "$1/tmp" "$1/root"',
-    # matplotlib's font cache, built once (saves 150-200 ms on every `import matplotlib.pyplot`)
-    "matplotlib-cache": 'chroot "$1" env HOME=/root MPLBACKEND=Agg python3 -c "import matplotlib.pyplot"',
+    # matplotlib draws to files (Agg) and finds its font cache built (saves 150-200 ms on every
+    # `import matplotlib.pyplot`)
+    "matplotlib-cache": 'echo "backend: Agg" > "$1/etc/matplotlibrc" && '
+    'chroot "$1" env HOME=/root MPLBACKEND=Agg python3 -c "import matplotlib.pyplot"',
     # apt and dpkg leftovers that only take space
     "clean": 'rm -rf "$1/var/lib/apt/lists/"* "$1/var/cache/apt/"*.bin "$1/var/log/"*.log',
 }
