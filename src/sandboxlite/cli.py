@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 
 import click
@@ -109,6 +110,8 @@ EXIT_MODEL = 3  # the model endpoint failed
 @click.option("--token-budget", type=int, default=None, help="Cap on all tokens of the run (prompt + completion).")
 @click.option("--extra-body", default=None, metavar="JSON", help="Extra request fields, e.g. '{\"top_k\": 20}'.")
 @click.option("--max-steps", type=int, default=None, help="Override the task's max_steps.")
+@click.option("--constrained", type=click.Choice(["retry", "always", "never"]), default=None,
+              help="local models: grammar-constrained tool calls (default: retry a turn that did not parse).")
 @click.option("--output-dir", type=click.Path(file_okay=False), default=None,
               help="Default: ./output/<timestamp>-<task id>/")  # fmt: skip
 @click.option("--prompt", "prompt_file", type=click.Path(dir_okay=False, exists=True), default=None,
@@ -116,7 +119,7 @@ EXIT_MODEL = 3  # the model endpoint failed
 @click.option("--mode", type=click.Choice(["sandbox", "vanilla"]), default="sandbox", show_default=True)
 @click.option("--quiet", is_flag=True, help="No step-by-step view.")
 def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token_budget, extra_body, max_steps,
-        output_dir, prompt_file, mode, quiet) -> None:  # fmt: skip
+        constrained, output_dir, prompt_file, mode, quiet) -> None:  # fmt: skip
     """Let a model solve TASK.json inside a fresh sandbox; outputs land in --output-dir."""
     from .agent.loop import AgentLimits
     from .agent.profiles import resolve_model
@@ -135,7 +138,8 @@ def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token
         limits = AgentLimits(max_steps=max_steps or task.max_steps, max_wall_s=task.timeout_s,
                              max_total_tokens=token_budget)  # fmt: skip
         model = resolve_model(model_name or task.model or "local", base_url=base_url, api_key=api_key,
-                              temperature=temperature, max_tokens=max_tokens, extra_body=extra)  # fmt: skip
+                              temperature=temperature, max_tokens=max_tokens, extra_body=extra,
+                              constrained=constrained)  # fmt: skip
         on_step = None if quiet else _print_step
         result = run_task(task, model, output_dir=output_dir, mode=mode, limits=limits, on_step=on_step)
     except ModelError as e:
@@ -167,6 +171,27 @@ def _print_step(agent, step) -> None:
         first = (obs["output"].strip().splitlines() or [""])[0][:100]
         args = escape(str(obs["arguments"])[:80])
         console.print(f"[bold]step {step.index}[/bold] [cyan]{obs['tool']}[/cyan] {args} -> {escape(first)} {timing}")
+
+
+@main.command()
+def models() -> None:
+    """The local models available: the embedded default and $SANDBOXLITE_LOCAL_MODEL."""
+    from .agent.local import embedded_model, resolve_local
+
+    rows = []
+    try:
+        rows.append(("local", embedded_model()))
+    except SandboxError as e:
+        click.echo(f"local        not installed: {e.message}\n             Hint: {e.hint}")
+    if os.environ.get("SANDBOXLITE_LOCAL_MODEL"):
+        try:
+            rows.append(("$SANDBOXLITE_LOCAL_MODEL", resolve_local("local")))
+        except SandboxError as e:
+            click.echo(f"$SANDBOXLITE_LOCAL_MODEL: {e.message}")
+    for name, f in rows:
+        check = {True: "sha256 ok", False: "sha256 MISMATCH", None: "not pinned"}[f.sha256_ok]
+        click.echo(f"{name:12} {f.path}  {f.size / (1 << 20):.0f} MiB  {f.origin}  {f.licence}  {check}")
+    click.echo("any GGUF file: --model local:/path/model.gguf; any OpenAI-compatible server: --model NAME --base-url URL")
 
 
 @main.group()

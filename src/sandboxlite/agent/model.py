@@ -165,7 +165,9 @@ def _from_bare(text: str, known_tools: set[str] | None) -> list[dict]:
         except json.JSONDecodeError:
             pos = m.start() + 1
             continue
-        found = _keep_known(_specs(obj), known_tools)
+        # with known tools, a bare {"name": "<a known tool>"} counts even without "arguments"
+        # (small models often leave them out for submit)
+        found = _keep_known(_specs(obj, require_args=known_tools is None), known_tools)
         specs += found
         pos = end if found else m.start() + 1
     return specs

@@ -1,8 +1,9 @@
 """Model names to model objects: ``--model NAME``.
 
-- ``local``: the embedded local model (its own issue); until it lands, an OpenAI-compatible
-  server at ``$SANDBOXLITE_LOCAL_URL`` (default ``http://127.0.0.1:8080/v1``), e.g. llama.cpp's
-  ``llama-server``.
+- ``local``: the embedded local model (SmolLM2-135M, in-process, see ``local.py``);
+  ``local:/path/model.gguf`` any GGUF file; ``$SANDBOXLITE_LOCAL_MODEL`` sets the default file.
+  With ``$SANDBOXLITE_LOCAL_URL`` set, ``local`` is an OpenAI-compatible server there instead
+  (e.g. llama.cpp's ``llama-server``).
 - anything else: that model on an OpenAI-compatible endpoint, from ``--base-url`` / ``--api-key``
   or ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` (vLLM, SGLang, llama.cpp, OpenAI, ...).
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-DEFAULT_LOCAL_URL = "http://127.0.0.1:8080/v1"
 
 
 def resolve_model(
@@ -23,14 +23,26 @@ def resolve_model(
     temperature: float | None = None,
     max_tokens: int | None = None,
     extra_body: dict[str, Any] | None = None,
+    constrained: str | None = None,
 ) -> Any:
     from .model import OpenAIModel
 
     if name == "local" or name.startswith("local:"):
-        url = base_url or os.environ.get("SANDBOXLITE_LOCAL_URL", DEFAULT_LOCAL_URL)
-        served = name.split(":", 1)[1] if ":" in name else "local"
-        return OpenAIModel(served, base_url=url, api_key=api_key or "sk-local", temperature=temperature,
-                           max_tokens=max_tokens, extra_body=extra_body)  # fmt: skip
+        url = base_url or os.environ.get("SANDBOXLITE_LOCAL_URL")
+        if url:
+            served = name.split(":", 1)[1] if ":" in name else "local"
+            return OpenAIModel(served, base_url=url, api_key=api_key or "sk-local", temperature=temperature,
+                               max_tokens=max_tokens, extra_body=extra_body)  # fmt: skip
+        from .local import LocalModel, resolve_local
+
+        options: dict[str, Any] = {}
+        if temperature is not None:
+            options["temperature"] = temperature
+        if max_tokens is not None:
+            options["max_tokens"] = max_tokens
+        if constrained is not None:
+            options["constrained"] = constrained
+        return LocalModel(resolve_local(name), **options)
     return OpenAIModel(
         name,
         base_url=base_url or os.environ.get("OPENAI_BASE_URL"),

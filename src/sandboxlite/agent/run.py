@@ -107,6 +107,7 @@ def run_task(
     limits = limits or AgentLimits(max_steps=task.max_steps, max_wall_s=task.timeout_s)
     writer = TrajectoryWriter(out / "trajectory.json", {
         "task": task.to_dict(), "model": getattr(model, "name", type(model).__name__), "mode": mode,
+        "model_info": getattr(model, "info", {}),
         "prompt_template": template.source, "limits": asdict(limits),
         "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     })  # fmt: skip

