@@ -77,3 +77,23 @@ def test_a_short_episode_with_the_embedded_model(smol, tmp_path):
         assert step["observations"] and all(o["tool"] in ("execute_bash", "str_replace_editor", "submit")
                                             for o in step["observations"])  # fmt: skip
     assert t["model_info"]["load_s"] > 0 and t["steps"][0]["usage"]["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("text, name, args", [
+    ('<tool_call>{"name": "submit"}</tool_call>', "submit", {}),  # no "arguments"
+    ('{"name": "submit"}', "submit", {}),  # bare, no "arguments"
+    ('```json\n{"name": "execute_bash", "arguments": {"command": "ls"}}\n```', "execute_bash", {"command": "ls"}),
+    ('{"name": "execute_bash", "arguments": "{\\"command\\": \\"ls\\"}"}', "execute_bash", {"command": "ls"}),
+])  # fmt: skip
+def test_small_model_call_shapes(text, name, args):
+    from sandboxlite.agent.model import parse_text_tool_calls
+
+    (call,) = parse_text_tool_calls(text, {"execute_bash", "str_replace_editor", "submit"})
+    assert call.name == name and json.loads(call.arguments) == args
+
+
+def test_several_bare_objects_are_several_calls():
+    from sandboxlite.agent.model import parse_text_tool_calls
+
+    text = '{"name": "execute_bash", "arguments": {"command": "ls"}}\n{"name": "submit", "arguments": {}}'
+    assert [c.name for c in parse_text_tool_calls(text, {"execute_bash", "submit"})] == ["execute_bash", "submit"]

@@ -4,7 +4,8 @@
 installed package, sha256 checked): small enough to load in a tenth of a second and run on any
 laptop, and enough to demonstrate the loop; real work wants a larger GGUF
 (``--model local:/path/model.gguf``, e.g. a Qwen3-4B-Instruct quantisation) or any
-OpenAI-compatible server.  ``$SANDBOXLITE_LOCAL_MODEL`` sets the default path.
+OpenAI-compatible server.  ``$SANDBOXLITE_LOCAL_MODEL`` sets the default path,
+``$SANDBOXLITE_LOCAL_THREADS`` and ``$SANDBOXLITE_LOCAL_CTX`` the threads and context size.
 
 Small models rarely emit native tool calls, so the tools are described in the system prompt
 (Hermes style: ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``) and replies are parsed
@@ -122,7 +123,7 @@ class LocalModel:
         self,
         model: LocalModelFile | str | os.PathLike,
         *,
-        n_ctx: int = 8192,
+        n_ctx: int | None = None,
         n_threads: int | None = None,
         max_tokens: int = 512,
         temperature: float = 0.2,
@@ -139,13 +140,19 @@ class LocalModel:
         self.name = f"local:{self.file.path.name}"
         self.max_tokens, self.temperature, self.constrained = max_tokens, temperature, constrained
         # one thread was steadiest on a busy 2-core box; more cores, more threads
-        threads = n_threads or max(1, min(8, (os.cpu_count() or 2) // 2))
+        threads = n_threads or int(os.environ.get("SANDBOXLITE_LOCAL_THREADS", 0)) or max(1, min(8, (os.cpu_count() or 2) // 2))
+        n_ctx = n_ctx or int(os.environ.get("SANDBOXLITE_LOCAL_CTX", 8192))
         t0 = time.monotonic()
         with _quiet_stderr():
             self.llm = llama_cpp.Llama(model_path=str(self.file.path), n_ctx=n_ctx, n_threads=threads,
                                        seed=seed, verbose=False)  # fmt: skip
+        # the model's own chat template when the GGUF has one, else ChatML (tools go in the prompt)
+        own = bool(self.llm.metadata.get("tokenizer.chat_template"))
+        if not own:
+            self.llm.chat_format = "chatml"
         self.info = {"path": str(self.file.path), "load_s": round(time.monotonic() - t0, 3), "n_ctx": n_ctx,
-                     "n_threads": threads, "max_tokens": max_tokens, "constrained": constrained}  # fmt: skip
+                     "n_threads": threads, "max_tokens": max_tokens, "constrained": constrained,
+                     "chat_template": "the model's own" if own else "chatml"}  # fmt: skip
         self._grammars: dict[str, Any] = {}
 
     def complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
