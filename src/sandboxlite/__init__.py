@@ -22,6 +22,7 @@ from .errors import (
     SetupError,
 )
 from .result import ExecResult
+from .pool import SandboxPool
 from .sandbox import Sandbox
 from .shell import Shell
 
@@ -39,6 +40,7 @@ def __getattr__(name: str):  # the agent layer (and openai) load only when asked
 
 __all__ = [
     "Sandbox",
+    "SandboxPool",
     "SandboxConfig",
     "Limits",
     "Mount",

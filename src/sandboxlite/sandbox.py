@@ -487,6 +487,12 @@ class Sandbox:
     def closed(self) -> bool:
         return self._closed
 
+    def alive(self) -> bool:
+        """Is the jail up (not closed, its init still running)?"""
+        if self._closed or self._chan is None or self._chan.closed:
+            return False
+        return self._init_pidfd is None or not _wait_readable(self._init_pidfd, 0)
+
     @property
     def executor_pid(self) -> int | None:
         """Host pid of the executor (PID 1 inside the sandbox)."""
