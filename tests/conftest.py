@@ -37,7 +37,14 @@ def jail_tree(sb) -> list[int]:
     try:
         ex = psutil.Process(sb.executor_pid)
         mine = ex.cmdline()
-        return [c.pid for c in ex.children(recursive=True) if c.cmdline() != mine]
+        out = []
+        for c in ex.children(recursive=True):
+            try:
+                if c.status() != psutil.STATUS_ZOMBIE and c.cmdline() != mine:
+                    out.append(c.pid)
+            except psutil.NoSuchProcess:
+                continue
+        return out
     except psutil.NoSuchProcess:
         return []
 
