@@ -269,15 +269,7 @@ class Shell:
             pwd = out.trailer.split(b" ", 1)[1] if b" " in out.trailer else b""
             if pwd:
                 self._cwd = pwd.decode("utf-8", "surrogateescape")
-            return ExecResult(
-                exit_code=TIMEOUT_EXIT_CODE if timed_out else code,
-                stdout=bytes(out.out.data),
-                stderr=bytes(err.out.data),
-                duration_s=duration,
-                timed_out=timed_out,
-                truncated=out.out.truncated or err.out.truncated,
-                signal=9 if timed_out else None,
-            )
+            return _result(out, err, duration, timed_out, code, 9 if timed_out else None)
         # bash is gone (exit, set -e, or killed because it was stuck): drain and restart
         for fd in list(open_fds):
             try:
@@ -297,13 +289,18 @@ class Shell:
             f"the shell session {why}; a new session was started in {self._cwd} "
             "(shell variables, functions and background jobs of the old one are gone)"
         )
-        return ExecResult(
-            exit_code=TIMEOUT_EXIT_CODE if timed_out else code,
-            stdout=bytes(out.out.data),
-            stderr=bytes(err.out.data),
-            duration_s=duration,
-            timed_out=timed_out,
-            truncated=out.out.truncated or err.out.truncated,
-            signal=sig,
-            note=note,
-        )
+        return _result(out, err, duration, timed_out, code, sig, note)
+
+
+def _result(out: _MarkerStream, err: _MarkerStream, duration: float, timed_out: bool, code: int,
+            sig: int | None, note: str = "") -> ExecResult:  # fmt: skip
+    return ExecResult(
+        exit_code=TIMEOUT_EXIT_CODE if timed_out else code,
+        stdout=bytes(out.out.data),
+        stderr=bytes(err.out.data),
+        duration_s=duration,
+        timed_out=timed_out,
+        truncated=out.out.truncated or err.out.truncated,
+        signal=sig,
+        note=note,
+    )
