@@ -145,11 +145,21 @@ def _top_level(root: str, skip: frozenset[str]) -> tuple[list[tuple[str, str]], 
 
 def dir_plan(root: str, name: str | None = None) -> RootfsPlan:
     root = os.path.abspath(root)
-    if not os.path.isdir(root):
+    try:
+        st = os.stat(root)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode):
         raise RootfsError(
             f"rootfs directory {root} does not exist",
             hint="check the path, or use rootfs='host'",
         )
+    # the top level of a tree rarely changes: plan it again only when it does
+    return _dir_plan(root, name, st.st_ino, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _dir_plan(root: str, name: str | None, _ino: int, _mtime_ns: int) -> RootfsPlan:
     usr = os.path.join(root, "usr")
     if not os.path.isdir(usr) or not (os.path.exists(os.path.join(usr, "bin", "sh")) or os.path.lexists(os.path.join(root, "bin", "sh"))):
         raise RootfsError(
