@@ -111,6 +111,10 @@ def test_reset_restores_pristine_state(sb):
     bwrap_pid, executor_pid = sb.bwrap_pid, sb.executor_pid
     sb.reset()  # in place: the jail stays, everything in it goes
     assert not any(alive(p) for p in old)
+    # (the helper that built the new filesystem exits on its own, a moment later)
+    deadline = time.monotonic() + 2
+    while jail_tree(sb) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert jail_tree(sb) == [] and (sb.bwrap_pid, sb.executor_pid) == (bwrap_pid, executor_pid)
     r = sb.exec("ls -A /testbed /tmp; cat /root/z 2>&1 || true; ps -eo comm | grep -cx sleep || true")
     assert r.stdout.startswith(b"/testbed:\n\n/tmp:\n") and r.stdout.endswith(b"0\n"), r
