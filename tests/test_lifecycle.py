@@ -275,3 +275,20 @@ def test_a_failed_start_leaves_no_process(monkeypatch):
     with pytest.raises(SandboxError):
         Sandbox()
     assert gone(seen["init"]) and gone(seen["bwrap"])
+
+
+def test_ctrl_c_during_exec_stops_the_command_and_keeps_the_sandbox():
+    import signal as sig
+    import threading
+
+    with Sandbox() as sb:
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), sig.SIGINT)).start()
+        t = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            sb.exec("sleep 30 & sleep 31")
+        assert time.monotonic() - t < 5
+        deadline = time.monotonic() + 3
+        while jail_tree(sb) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert jail_tree(sb) == []  # the command and what it started are gone
+        assert sb.exec("echo still usable").stdout == b"still usable\n"

@@ -612,7 +612,15 @@ class Sandbox:
         with self._lock:
             start = time.monotonic()
             proc = self._spawn(argv, cwd=cwd, env=env, stdin_pipe=data is not None)
-            return self._collect(proc, data, start, start + timeout)
+            try:
+                return self._collect(proc, data, start, start + timeout)
+            except BaseException:  # Ctrl-C (or any error) while waiting: the command goes too
+                if self._chan is not None and not self._chan.closed:
+                    try:
+                        self._chan.send("K", proc.id, b"all")
+                    except SandboxError:
+                        pass
+                raise
 
     def _collect(self, proc: "_Proc", data: bytes | None, start: float, deadline: float) -> ExecResult:
         chan = self._chan
