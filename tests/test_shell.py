@@ -107,3 +107,19 @@ def test_two_shells_are_independent(sb):
     a.run("cd /root; export WHO=a")
     assert a.run("pwd; echo $WHO").stdout == b"/root\na\n"
     assert b.run("pwd; echo $WHO").stdout == b"/tmp\nb\n"
+
+
+def test_ctrl_c_during_a_command_leaves_a_usable_session(sb):
+    import os
+    import signal as sig
+    import threading
+
+    sh = sb.shell()
+    sh.run("cd /tmp")
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), sig.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        sh.run("echo started; sleep 30; echo never")
+    r = sh.run("echo next; pwd")
+    assert r.stdout == b"next\n/tmp\n"  # nothing of the interrupted command leaks in
+    assert "interrupted" in r.note and sh.restarts == 1
+    assert sh.run("echo then").note == ""

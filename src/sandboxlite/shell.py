@@ -14,6 +14,7 @@ is killed and a new session starts in the same directory (``note`` says so).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import select
@@ -21,7 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError, SandboxClosed, SandboxCrashed
+from .errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError
 from .result import TIMEOUT_EXIT_CODE, ExecResult, OutputBuffer, decode_status
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ class Shell:
         self._carry_out = b""
         self._carry_err = b""
         self.restarts = 0
+        self._pending_note = ""
         self._start()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -187,7 +189,36 @@ class Shell:
                 raise SandboxClosed("this shell belonged to the sandbox before reset()", hint="open a new sandbox.shell()")
             if self._proc is None:
                 raise SandboxClosed("this shell is closed", hint="open a new one with sandbox.shell()")
-            return self._run(command.encode("utf-8", "surrogateescape") + b"\0", timeout)
+            try:
+                result = self._run(command.encode("utf-8", "surrogateescape") + b"\0", timeout)
+            except BaseException:
+                # interrupted mid-command (Ctrl-C): bash's output is out of step with us now;
+                # end this session and start a fresh one in the same directory
+                self._abandon()
+                raise
+            if self._pending_note:
+                result = dataclasses.replace(result, note=(self._pending_note + " " + result.note).strip())
+                self._pending_note = ""
+            return result
+
+    def _abandon(self) -> None:
+        proc = self._proc
+        if proc is not None and not self._sb.closed and self._sb._chan is not None and not self._sb._chan.closed:
+            try:
+                self._sb._kill(proc.id, "all")
+                self._sb._chan.discard(proc.id)
+            except SandboxError:
+                pass
+        self._close_fds()
+        try:
+            self._start()
+            self.restarts += 1
+            self._pending_note = (
+                f"the previous command was interrupted, so a new shell session was started in {self._cwd} "
+                "(shell variables and functions of the old one are gone)."
+            )
+        except SandboxError:
+            pass  # the sandbox itself is gone; run() will say so
 
     def _run(self, payload: bytes, timeout: float) -> ExecResult:
         sb = self._sb
