@@ -198,3 +198,14 @@ def test_context_overflow_clips_old_outputs_then_gives_up(tmp_path):
 
     r = run_task(SUM, FakeModel([always]), output_dir=tmp_path / "b")
     assert not r.submitted and "no longer fits" in r.exit_reason
+
+
+def test_a_malformed_call_stays_in_the_history_with_the_correction(tmp_path):
+    bad = '<tool_call>{"name": "execute_bash", "arguments": {"command": "ls"</tool_call>'
+    model = FakeModel([bad, bash("echo 42 > /testbed/output/answer.txt"), submit()])
+    r = run_task(SUM, model, output_dir=tmp_path)
+    assert r.submitted
+    msgs = traj(r)["messages"]
+    i = next(k for k, m in enumerate(msgs) if m["role"] == "assistant")
+    assert bad in (msgs[i]["content"] or "")  # the model sees what it wrote ...
+    assert msgs[i + 1]["role"] == "user" and "could not be parsed" in msgs[i + 1]["content"]  # ... and why

@@ -88,7 +88,13 @@ class Agent:
         except ContextOverflow as e:
             raise LimitsExceeded(f"the conversation no longer fits the model's context ({e.message})") from None
         except FormatError as e:  # the model's text could not be parsed into a tool call
-            return self._format_error(e.message, time.monotonic() - t0)
+            reply = getattr(e, "reply", None)
+            step = None
+            if reply is not None:  # keep what the model wrote, so it sees its own mistake
+                step = Step(len(self.steps) + 1, time.monotonic() - t0, 0.0, reply.to_message(), usage=dict(reply.usage))
+                self.messages.append(step.assistant)
+                self.steps.append(step)
+            return self._format_error(e.message, time.monotonic() - t0, step)
         model_s = time.monotonic() - t0
         for k in self.usage:
             self.usage[k] += int(reply.usage.get(k) or 0)
