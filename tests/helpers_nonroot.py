@@ -20,6 +20,16 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+def run_py(box, script: str, stdin: str | None = None, timeout: float = 30) -> dict:
+    """Run a Python script inside ``box`` and return the JSON it printed last."""
+    r = box.exec(["python3", "-c", script], stdin=stdin, timeout=timeout)
+    assert r.exit_code == 0 and not r.timed_out, (
+        f"probe failed in the sandbox: exit {r.exit_code} (signal {r.signal})\n"
+        f"stdout: {r.stdout_text[-2000:]}\nstderr: {r.stderr_text[-3000:]}"
+    )
+    return json.loads(r.stdout_text.strip().splitlines()[-1])
+
+
 NOBODY_UID = 65534
 NOBODY_GID = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"

@@ -21,46 +21,24 @@ from pathlib import Path
 
 import pytest
 
-try:  # tests/ is a package (tests/__init__.py); fall back for a flat layout
-    from .helpers_nonroot import (
-        HOST_SYSCTLS,
-        NOBODY_DRIVER,
-        NOBODY_GID,
-        NOBODY_UID,
-        PROBE,
-        FORK_LOOP,
-        make_nobody_home,
-        parse_result,
-        run_as_nobody,
-        unprivileged_prereqs,
-    )
-except ImportError:
-    from helpers_nonroot import (
-        HOST_SYSCTLS,
-        NOBODY_DRIVER,
-        NOBODY_GID,
-        NOBODY_UID,
-        PROBE,
-        FORK_LOOP,
-        make_nobody_home,
-        parse_result,
-        run_as_nobody,
-        unprivileged_prereqs,
-    )
 from sandboxlite import Sandbox
+
+from .helpers_nonroot import (
+    FORK_LOOP,
+    HOST_SYSCTLS,
+    NOBODY_DRIVER,
+    NOBODY_GID,
+    NOBODY_UID,
+    PROBE,
+    make_nobody_home,
+    parse_result,
+    run_as_nobody,
+    run_py,
+    unprivileged_prereqs,
+)
 
 ZERO_CAPS = "0000000000000000"
 DENIED = {"EROFS", "EACCES", "EPERM"}
-
-
-def run_py(box: Sandbox, script: str, stdin: str | None = None, timeout: float = 30) -> dict:
-    """Run a Python script inside ``box`` and return the JSON it printed last."""
-    r = box.exec(["python3", "-c", script], stdin=stdin, timeout=timeout)
-    assert r.exit_code == 0 and not r.timed_out, (
-        f"probe failed in the sandbox: exit {r.exit_code}\nstdout: {r.stdout_text[-2000:]}\n"
-        f"stderr: {r.stderr_text[-3000:]}"
-    )
-    return json.loads(r.stdout_text.strip().splitlines()[-1])
 
 
 # -- fixtures ---------------------------------------------------------------------------------------

@@ -20,20 +20,13 @@ import pytest
 
 from sandboxlite import Sandbox, seccomp
 
+from .helpers_nonroot import run_py
+
 ARCH = pyseccomp.system_arch()
 
 
 def nr(name: str) -> int:
     return pyseccomp.resolve_syscall(ARCH, name)
-
-
-def run_py(box: Sandbox, script: str, stdin: str | None = None, timeout: float = 30) -> dict:
-    r = box.exec(["python3", "-c", script], stdin=stdin, timeout=timeout)
-    assert r.exit_code == 0 and not r.timed_out, (
-        f"probe failed in the sandbox: exit {r.exit_code} (signal {r.signal})\n"
-        f"stdout: {r.stdout_text[-2000:]}\nstderr: {r.stderr_text[-3000:]}"
-    )
-    return json.loads(r.stdout_text.strip().splitlines()[-1])
 
 
 # A ctypes syscall() helper shared by the probes: sc(nr, *args) -> [return value, errno].
