@@ -122,6 +122,67 @@ static int read_all(int fd, void *buf, size_t len) {
   return 0;
 }
 
+/* Send hdr then payload on a stream socket, the descriptors riding with the
+ * first byte; finishes a partial write.  0, or -1 when the peer has gone. */
+static int send_with_fds(int sock, const void *hdr, size_t hlen, const void *payload, size_t plen, const int *fds,
+                         int nfds) {
+  struct iovec iov[2] = {{(void *)hdr, hlen}, {(void *)payload, plen}};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+  } cm;
+  struct msghdr msg = {0};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = plen ? 2 : 1;
+  if (nfds > 0) {
+    memset(&cm, 0, sizeof cm);
+    msg.msg_control = cm.buf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+  }
+  ssize_t n;
+  do n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) return -1;
+  size_t done = (size_t)n;
+  if (done < hlen) {
+    if (write_all(sock, (const char *)hdr + done, hlen - done) < 0) return -1;
+    done = hlen;
+  }
+  return write_all(sock, (const char *)payload + (done - hlen), plen - (done - hlen));
+}
+
+/* Receive exactly hlen header bytes, and the descriptors that came with them
+ * (close-on-exec).  0, or -1 on end of file or error. */
+static int recv_with_fds(int sock, void *hdr, size_t hlen, int *fds, int *nfds) {
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+  } cm;
+  struct iovec iov = {hdr, hlen};
+  struct msghdr msg = {0};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cm.buf;
+  msg.msg_controllen = sizeof cm.buf;
+  ssize_t n;
+  do n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) return -1;
+  *nfds = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int i = 0; i < k && *nfds < MAX_FDS; i++) memcpy(&fds[(*nfds)++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+  if ((size_t)n < hlen && read_all(sock, (char *)hdr + n, hlen - (size_t)n) < 0) return -1;
+  return 0;
+}
+
 /* Send one frame, optionally with one descriptor attached. */
 static void send_frame(char type, uint32_t id, const void *payload, uint32_t plen, int fd) {
   char hdr[9];
@@ -129,37 +190,7 @@ static void send_frame(char type, uint32_t id, const void *payload, uint32_t ple
   memcpy(hdr, &len, 4);
   hdr[4] = type;
   memcpy(hdr + 5, &id, 4);
-  struct iovec iov[2] = {{hdr, 9}, {(void *)payload, plen}};
-  union {
-    struct cmsghdr h;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } cm;
-  struct msghdr msg = {0};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = plen ? 2 : 1;
-  if (fd >= 0) {
-    memset(&cm, 0, sizeof cm);
-    msg.msg_control = cm.buf;
-    msg.msg_controllen = sizeof cm.buf;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
-  ssize_t n;
-  do n = sendmsg(ctrl, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  if (n < 0) _exit(0); /* host gone */
-  if ((size_t)n < 9 + plen) {
-    /* finish a partial write (the descriptor went with the first byte) */
-    size_t done = (size_t)n;
-    if (done < 9) {
-      if (write_all(ctrl, hdr + done, 9 - done) < 0) _exit(0);
-      done = 9;
-    }
-    if (write_all(ctrl, (const char *)payload + (done - 9), plen - (done - 9)) < 0) _exit(0);
-  }
+  if (send_with_fds(ctrl, hdr, 9, payload, plen, &fd, fd >= 0 ? 1 : 0) < 0) _exit(0); /* host gone */
 }
 
 static void send_str(char type, uint32_t id, const char *s) {
@@ -706,27 +737,7 @@ static void make_standby(void) {
     /* request: u32 id, u32 length, payload; descriptors with the first bytes */
     uint32_t hdr[2];
     int fds[MAX_FDS], nfds = 0;
-    union {
-      struct cmsghdr h;
-      char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-    } cm;
-    struct iovec iov = {hdr, sizeof hdr};
-    struct msghdr msg = {0};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cm.buf;
-    msg.msg_controllen = sizeof cm.buf;
-    ssize_t n;
-    do n = recvmsg(sv[1], &msg, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
-    if (n <= 0) _exit(0); /* the executor dropped us */
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      nfds = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-      if (nfds > MAX_FDS) nfds = MAX_FDS;
-      memcpy(fds, CMSG_DATA(c), sizeof(int) * (size_t)nfds);
-    }
-    if ((size_t)n < sizeof hdr && read_all(sv[1], (char *)hdr + n, sizeof hdr - (size_t)n) < 0) _exit(0);
+    if (recv_with_fds(sv[1], hdr, sizeof hdr, fds, &nfds) < 0) _exit(0); /* the executor dropped us */
     char *payload = malloc((size_t)hdr[1] + 1);
     if (!payload || (hdr[1] && read_all(sv[1], payload, hdr[1]) < 0)) _exit(0);
     payload[hdr[1]] = 0;
@@ -748,48 +759,14 @@ static void drop_standby(void) {
 static int hand_to_standby(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
   if (standby_pid < 0) return -1;
   uint32_t hdr[2] = {id, (uint32_t)plen};
-  struct iovec iov[2] = {{hdr, sizeof hdr}, {payload, plen}};
-  union {
-    struct cmsghdr h;
-    char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-  } cm;
-  struct msghdr msg = {0};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = plen ? 2 : 1;
-  if (nfds > 0) {
-    memset(&cm, 0, sizeof cm);
-    msg.msg_control = cm.buf;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-  }
-  ssize_t n;
-  do n = sendmsg(standby_fd, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  if (n <= 0) { /* it died (or was killed from inside): forget it */
-    kill(standby_pid, SIGKILL);
+  if (send_with_fds(standby_fd, hdr, sizeof hdr, payload, plen, fds, nfds) < 0) {
+    kill(standby_pid, SIGKILL); /* it died (or was killed from inside): forget it */
     drop_standby();
     return -1;
-  }
-  size_t total = sizeof hdr + plen;
-  if ((size_t)n < total) { /* the rest of a large request */
-    size_t done = (size_t)n;
-    if (done < sizeof hdr) {
-      if (write_all(standby_fd, (char *)hdr + done, sizeof hdr - done) < 0) goto broken;
-      done = sizeof hdr;
-    }
-    if (write_all(standby_fd, payload + (done - sizeof hdr), plen - (done - sizeof hdr)) < 0) goto broken;
   }
   close(standby_fd);
   standby_fd = -1;
   return 0;
-broken:
-  kill(standby_pid, SIGKILL);
-  drop_standby();
-  return -1;
 }
 
 static void add_child(uint32_t id, pid_t pid) {
@@ -982,26 +959,7 @@ static void reap(void) {
 static int handle_request(void) {
   char hdr[9];
   int fds[MAX_FDS], nfds = 0;
-  union {
-    struct cmsghdr h;
-    char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-  } cm;
-  struct iovec iov = {hdr, 9};
-  struct msghdr msg = {0};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = cm.buf;
-  msg.msg_controllen = sizeof cm.buf;
-  ssize_t n;
-  do n = recvmsg(ctrl, &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
-  if (n <= 0) return -1;
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-      for (int i = 0; i < k && nfds < MAX_FDS; i++) memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-    }
-  if (n < 9 && read_all(ctrl, hdr + n, 9 - (size_t)n) < 0) return -1;
+  if (recv_with_fds(ctrl, hdr, sizeof hdr, fds, &nfds) < 0) return -1;
   uint32_t len, id;
   memcpy(&len, hdr, 4);
   memcpy(&id, hdr + 5, 4);
