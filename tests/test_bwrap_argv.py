@@ -6,7 +6,7 @@ from sandboxlite import SandboxConfig
 from sandboxlite.bwrap import BwrapInfo, JailFds, build_argv, rlimit_args
 from sandboxlite.rootfs import RootfsPlan
 
-INFO = BwrapInfo(path="/usr/bin/bwrap", version=(0, 8, 0), disable_userns=True, tmpfs_size=True)
+INFO = BwrapInfo(path="/usr/bin/bwrap", version=(0, 8, 0), disable_userns=True)
 FDS = JailFds(ctrl=7, executor=8, seccomp=9)
 PLAN = RootfsPlan(
     name="test",
@@ -110,7 +110,7 @@ def test_rlimits_defer_to_cgroups_and_lift_with_none():
 
 
 def test_old_bwrap_without_features():
-    info = BwrapInfo(path="/b", version=(0, 8, 0), disable_userns=False, tmpfs_size=False)
+    info = BwrapInfo(path="/b", version=(0, 8, 0), disable_userns=False)
     config = SandboxConfig()
     a = build_argv(config, PLAN, FDS, info, [])
     assert "--disable-userns" not in a

@@ -36,7 +36,6 @@ class BwrapInfo:
     path: str
     version: tuple[int, ...]
     disable_userns: bool  # --disable-userns (0.8.0+)
-    tmpfs_size: bool  # --size for --tmpfs (0.8.0+)
 
     @property
     def version_str(self) -> str:
@@ -73,7 +72,6 @@ def find_bwrap() -> BwrapInfo:
         path=path,
         version=version,
         disable_userns="--disable-userns" in helptext,
-        tmpfs_size="--size" in helptext,
     )
 
 
@@ -100,11 +98,6 @@ def rlimit_args(config: SandboxConfig, *, memory_by_cgroup: bool, nproc_enforced
     out.append(f"nofile={lim.nofile}")
     out.append("core=0")
     return out
-
-
-def _tmpfs(path: str, size_mb: int, info: BwrapInfo) -> list[str]:
-    sized = ["--size", str(size_mb * MiB)] if info.tmpfs_size else []
-    return [*sized, "--tmpfs", path]
 
 
 def build_argv(

@@ -197,15 +197,6 @@ class Cgroup:
         except OSError:
             return []
 
-    def memory_peak(self) -> int | None:
-        for d in self.dirs:
-            for name in ("memory.max_usage_in_bytes", "memory.peak"):
-                try:
-                    return int((d / name).read_text())
-                except (OSError, ValueError):
-                    continue
-        return None
-
     def destroy(self) -> None:
         """Give the group back (for reuse when it is empty), or remove it."""
         if self.dirs and not self.pids():

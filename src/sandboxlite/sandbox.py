@@ -39,7 +39,6 @@ from .errors import (
 )
 from .protocol import (
     OP_MKPARENTS,
-    OP_REQ_DIR,
     OP_REQ_REG,
     SP_STDERR,
     SP_STDIN,
@@ -194,6 +193,7 @@ class Sandbox:
         self._chan: Channel | None = None
         self._closed = True
         self._env = base_env(config)
+        self._env_list = [f"{k}={v}" for k, v in self._env.items()]
         self.generation = 0
         self._start()
 
@@ -295,7 +295,6 @@ class Sandbox:
             raise
         finally:
             os.close(info_r)  # only now: bwrap may still be writing the rest of its JSON
-        self._started_at = time.monotonic()
 
     def _boot(self, info_r: int, support: cgroups.Support | None) -> None:
         """Wait for the jail to come up: learn its pid, place it in its cgroup, get the hello."""
@@ -319,8 +318,6 @@ class Sandbox:
         peer = self._chan.peer_pid
         if peer != init_pid:
             raise SandboxCrashed(f"the executor's pid {peer} is not the jail's init {init_pid}")
-        if self._cgroup is not None and peer not in self._cgroup.pids():
-            raise SandboxCrashed(f"the executor (pid {peer}) is not in its cgroup")
         self._executor_pid = peer
 
     def _read_child_pid(self, info_r: int) -> int:
@@ -506,7 +503,6 @@ class Sandbox:
     def info(self) -> dict[str, Any]:
         """What this sandbox is and which protections are active."""
         lim = self.config.limits
-        root = os.geteuid() == 0
         cg = self._cgroup
         return {
             "rootfs": self.rootfs_plan.name,
@@ -542,11 +538,12 @@ class Sandbox:
         return p if p.startswith("/") else os.path.join(self.config.workdir, p)
 
     def _command_env(self, env: Mapping[str, str] | None) -> list[str]:
+        if not env:  # the common case, on every exec: computed once
+            return self._env_list
         merged = dict(self._env)
-        if env:
-            for k, v in env.items():
-                check_env_pair(k, v, "env")
-                merged[k] = v
+        for k, v in env.items():
+            check_env_pair(k, v, "env")
+            merged[k] = v
         return [f"{k}={v}" for k, v in merged.items()]
 
     def _spawn(
