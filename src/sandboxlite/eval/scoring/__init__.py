@@ -1,0 +1,1 @@
+"""Scorers: pure functions from a model's response (and the reference) to a ``Score``."""
