@@ -173,6 +173,119 @@ def _print_step(agent, step) -> None:
         console.print(f"[bold]step {step.index}[/bold] [cyan]{obs['tool']}[/cyan] {args} -> {escape(first)} {timing}")
 
 
+@main.command(name="eval")
+@click.option("--model", "model_name", default="local", show_default=True,
+              help="local, scripted (a no-LLM dry run), or a model on an OpenAI-compatible endpoint.")  # fmt: skip
+@click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL).")
+@click.option("--api-key", default=None, help="API key (default: $OPENAI_API_KEY).")
+@click.option("--temperature", type=float, default=None)
+@click.option("--max-tokens", type=int, default=None, help="Cap on the tokens of each model reply.")
+@click.option("--extra-body", default=None, metavar="JSON", help="Extra request fields, e.g. '{\"top_k\": 20}'.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="The eval-data folder (default: $SANDBOXLITE_EVAL_DATA).")  # fmt: skip
+@click.option("--domains", default=None, metavar="A,B",
+              help="math, physics, chem, biomed, long_context, instruct (default: all; with --tasks: those).")  # fmt: skip
+@click.option("--tasks", "task_files", multiple=True, type=click.Path(dir_okay=False, exists=True),
+              help="A JSONL file of your own tasks (repeatable; see sandboxlite.eval.custom).")  # fmt: skip
+@click.option("--domain-module", "domain_modules", multiple=True, metavar="MODULE:NAME",
+              help="Register the Domain(s) a Python module defines (repeatable).")  # fmt: skip
+@click.option("--mode", type=click.Choice(["sandbox", "vanilla", "both"]), default="sandbox", show_default=True)
+@click.option("--limit", type=int, default=None, help="At most N items per domain (a seeded, stratified sample).")
+@click.option("--ids", default=None, metavar="ID,ID", help="Only these items (as in results.jsonl).")
+@click.option("--repeats", type=int, default=1, show_default=True, help="Runs per item (the paper repeats AIME 16x).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--workers", type=int, default=8, show_default=True, help="Tasks in parallel (and pooled sandboxes).")
+@click.option("--max-steps", type=int, default=50, show_default=True)
+@click.option("--timeout", "timeout_s", type=float, default=1800.0, show_default=True, help="Seconds per task.")
+@click.option("--token-budget", type=int, default=None, help="Cap on all tokens of one task.")
+@click.option("--rootfs", default="auto", show_default=True)
+@click.option("--judge", "judge_name", default=None, help="An LLM judge (physics, long_context), on --judge-base-url.")
+@click.option("--judge-base-url", default=None, help="The judge's endpoint (default: --base-url).")
+@click.option("--output-dir", type=click.Path(file_okay=False), default=None,
+              help="Default: ./eval-output/<model>/ (re-running the same command resumes there).")  # fmt: skip
+@click.option("--retry-errors", is_flag=True, help="On resume, run again the tasks that ended in an error.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def eval_(model_name, base_url, api_key, temperature, max_tokens, extra_body, data_dir, domains, task_files,
+          domain_modules, mode, limit, ids, repeats, seed, workers, max_steps, timeout_s, token_budget, rootfs,
+          judge_name, judge_base_url, output_dir, retry_errors, no_progress) -> None:  # fmt: skip
+    """Score a model on the paper's domains (or yours), in the sandbox and/or answering directly."""
+    from pathlib import Path
+
+    from .agent.profiles import resolve_model
+    from .eval import EvalConfig, domains as known_domains, load_domain_module, load_tasks_file, run_eval
+    from .eval.domains import safe_id
+    from .errors import ModelError
+
+    try:
+        custom = [d for f in task_files for d in load_tasks_file(f)]
+        for spec in domain_modules:
+            load_domain_module(spec)
+        if domains:
+            names = [n.strip() for n in domains.split(",") if n.strip()]
+        elif custom or domain_modules:
+            names = []
+        else:
+            names = [d for d in ("math", "physics", "chem", "biomed", "long_context", "instruct")]
+        known = known_domains()
+        for n in names:
+            if n not in known:
+                raise ConfigError("--domains", f"unknown domain {n!r} (known: {', '.join(known)})")
+        chosen = [known[n] for n in names] + custom
+        if not chosen:
+            raise ConfigError("--domains", "no domain selected")
+        data = data_dir or os.environ.get("SANDBOXLITE_EVAL_DATA")
+        if not data and names:
+            raise ConfigError("--data-dir", "not given and $SANDBOXLITE_EVAL_DATA is not set "
+                              "(Hint: --data-dir path/to/eval-data)")  # fmt: skip
+        try:
+            extra = json.loads(extra_body) if extra_body else None
+        except json.JSONDecodeError as e:
+            raise ConfigError("--extra-body", f"not valid JSON: {e.msg}") from None
+        model = resolve_model(model_name, base_url=base_url, api_key=api_key, temperature=temperature,
+                              max_tokens=max_tokens, extra_body=extra)  # fmt: skip
+        judge = None
+        if judge_name:
+            from .eval.scoring.judge import LLMJudge
+
+            judge = LLMJudge(resolve_model(judge_name, base_url=judge_base_url or base_url, api_key=api_key,
+                                           temperature=0.0))  # fmt: skip
+        out = Path(output_dir) if output_dir else Path("eval-output") / safe_id(model_name)
+        cfg = EvalConfig(domains=chosen, data_dir=Path(data or "."), out_dir=out,
+                         modes=["sandbox", "vanilla"] if mode == "both" else [mode], limit=limit,
+                         ids=[i.strip() for i in ids.split(",")] if ids else None, repeats=repeats, seed=seed,
+                         workers=workers, max_steps=max_steps, timeout_s=timeout_s, token_budget=token_budget,
+                         rootfs=rootfs, retry_errors=retry_errors)  # fmt: skip
+        progress = None if no_progress or not sys.stderr.isatty() else _eval_progress()
+        try:
+            result = run_eval(cfg, model, judge=judge, model_name=model_name, progress=progress)
+        except KeyboardInterrupt:
+            click.echo(f"\nsandboxlite: interrupted; finished tasks are kept in {out}/results.jsonl. "
+                       "Run the same command again to resume.", err=True)  # fmt: skip
+            sys.exit(130)
+    except ModelError as e:
+        click.echo(f"sandboxlite: {e}", err=True)
+        sys.exit(EXIT_MODEL)
+    except SandboxError as e:
+        _fail(e)
+        return
+    click.echo((out / "summary.md").read_text())
+    click.echo(f"{result.ran} tasks run, {result.skipped} already done; results in {out}/", err=True)
+
+
+def _eval_progress():
+    """A one-line progress display on stderr: done/total, errors, mean score so far."""
+
+    def show(done: int, total: int, counts: dict) -> None:
+        mean = counts["score_sum"] / max(1, counts["ran"])
+        bar = "#" * int(30 * done / max(1, total))
+        sys.stderr.write(f"\r[{bar:<30}] {done}/{total} tasks, {counts['errors']} errors, mean {100 * mean:.1f}%  ")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
 @main.command()
 def models() -> None:
     """The local models available: the embedded default and $SANDBOXLITE_LOCAL_MODEL."""

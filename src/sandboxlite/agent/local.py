@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,8 +155,13 @@ class LocalModel:
                      "n_threads": threads, "max_tokens": max_tokens, "constrained": constrained,
                      "chat_template": "the model's own" if own else "chatml"}  # fmt: skip
         self._grammars: dict[str, Any] = {}
+        self._lock = threading.Lock()  # one llama.cpp context: one generation at a time (eval workers share it)
 
     def complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
+        with self._lock:
+            return self._complete(messages, tools)
+
+    def _complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
         prompt = self._render(messages, tools)
         known = {t["function"]["name"] for t in tools}
         grammar = self._grammar(tools) if tools and self.constrained == "always" else None

@@ -4,6 +4,8 @@
   ``local:/path/model.gguf`` any GGUF file; ``$SANDBOXLITE_LOCAL_MODEL`` sets the default file.
   With ``$SANDBOXLITE_LOCAL_URL`` set, ``local`` is an OpenAI-compatible server there instead
   (e.g. llama.cpp's ``llama-server``).
+- ``scripted``: a deterministic stand-in that needs no weights (see ``scripted.py``): it looks
+  around, writes an answer and submits; for dry runs and for measuring sandbox overhead.
 - anything else: that model on an OpenAI-compatible endpoint, from ``--base-url`` / ``--api-key``
   or ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` (vLLM, SGLang, llama.cpp, OpenAI, ...).
 """
@@ -27,6 +29,10 @@ def resolve_model(
 ) -> Any:
     from .model import OpenAIModel
 
+    if name == "scripted":
+        from .scripted import ScriptedModel
+
+        return ScriptedModel()
     if name == "local" or name.startswith("local:"):
         url = base_url or os.environ.get("SANDBOXLITE_LOCAL_URL")
         if url:

@@ -55,14 +55,14 @@ class PromptTemplate:
                                     f"(known: {', '.join(PLACEHOLDERS)})")  # fmt: skip
         return cls(sections["system"], sections["instance"], source)
 
-    def render(self, query: str, inputs: dict[str, str]) -> tuple[str, str]:
-        """(system, instance) text for a task whose inputs are ``name -> text``."""
-        listing = "\n".join(f"- {INPUT_DIR}/{n} ({len(t.encode())} bytes)" for n, t in sorted(inputs.items()))
+    def render(self, query: str, inputs: dict[str, str], *, input_dir: str = INPUT_DIR) -> tuple[str, str]:
+        """(system, instance) text for a task whose inputs are ``name -> text``, placed in ``input_dir``."""
+        listing = "\n".join(f"- {input_dir}/{n} ({len(t.encode())} bytes)" for n, t in sorted(inputs.items()))
         inline = "\n\n".join(f"=== {n} ===\n{t}" for n, t in sorted(inputs.items()))
         values = {
             "query": query,
             "workdir": WORKDIR,
-            "input_dir": INPUT_DIR,
+            "input_dir": input_dir,
             "output_dir": OUTPUT_DIR,
             "answer_file": ANSWER_FILE,
             "inputs": listing or "(none)",

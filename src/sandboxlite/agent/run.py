@@ -21,7 +21,7 @@ from ..config import SandboxConfig
 from ..errors import ModelError, SandboxFileError
 from ..sandbox import Sandbox
 from .loop import Agent, AgentLimits, Step
-from .prompts import ANSWER_FILE, INPUT_DIR, OUTPUT_DIR, PromptTemplate
+from .prompts import ANSWER_FILE, OUTPUT_DIR, PromptTemplate
 from .task import Task
 
 MAX_EXPORT_BYTES = 256 << 20  # files/ copied out of /testbed/output
@@ -39,6 +39,8 @@ class RunResult:
     duration_s: float
     output_dir: str
     skipped_outputs: list[str] = field(default_factory=list)
+    model_s: float = 0.0  # time spent waiting for the model (the rest is sandbox and loop overhead)
+    last_message: str | None = None  # the model's last text reply (a fallback when answer.txt is missing)
 
     @property
     def ok(self) -> bool:
@@ -97,13 +99,18 @@ def run_task(
     limits: AgentLimits | None = None,
     config: SandboxConfig | None = None,
     on_step: Callable[[Agent, Step], None] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> RunResult:
-    """Solve ``task`` with ``model`` (an ``OpenAIModel``, ``FakeModel``, ...) and write the outputs."""
+    """Solve ``task`` with ``model`` (an ``OpenAIModel``, ``FakeModel``, ...) and write the outputs.
+
+    ``sandbox``: run in this open sandbox (for example one from a ``SandboxPool``) instead of a
+    new one; it is left open, and the caller resets or closes it.
+    """
     out = Path(output_dir) if output_dir is not None else default_output_dir(task)
     out.mkdir(parents=True, exist_ok=True)
     template = PromptTemplate.load(task.prompt, mode=mode)
     inputs = _inputs(task)
-    system, instance = template.render(task.query, inputs)
+    system, instance = template.render(task.query, inputs, input_dir=task.input_path)
     limits = limits or AgentLimits(max_steps=task.max_steps, max_wall_s=task.timeout_s)
     writer = TrajectoryWriter(out / "trajectory.json", {
         "task": task.to_dict(), "model": getattr(model, "name", type(model).__name__), "mode": mode,
@@ -118,45 +125,58 @@ def run_task(
         raise ValueError(f"mode must be 'sandbox' or 'vanilla', got {mode!r}")
     from .tools import Tools
 
+    if sandbox is not None:
+        return _run_in(sandbox, task, model, system, instance, limits, out, writer, start, on_step)
     config = config or SandboxConfig(rootfs=task.rootfs, network=task.network)
-    answer, skipped, reason = None, [], "interrupted"
     with Sandbox(config) as sb:
-        sb.mkdir(INPUT_DIR)
-        sb.mkdir(OUTPUT_DIR)
-        for name, text in task.input_files.items():
-            sb.write_file(f"{INPUT_DIR}/{name}", text)
-        if task.input_dir:
-            sb.upload(task.input_dir, INPUT_DIR)
-        tools = Tools(sb)
+        return _run_in(sb, task, model, system, instance, limits, out, writer, start, on_step)
 
-        def step_done(agent: Agent, step: Step) -> None:
-            writer.update(agent)
-            if on_step is not None:
-                on_step(agent, step)
 
-        agent = Agent(model, tools, limits, on_step=step_done)
+def _run_in(sb: Sandbox, task: Task, model: Any, system: str, instance: str, limits: AgentLimits, out: Path,
+            writer: TrajectoryWriter, start: float, on_step: Callable[[Agent, Step], None] | None) -> RunResult:  # fmt: skip
+    from .tools import Tools
+
+    answer, skipped, reason = None, [], "interrupted"
+    sb.mkdir(task.input_path)
+    sb.mkdir(OUTPUT_DIR)
+    for name, text in task.input_files.items():
+        sb.write_file(f"{task.input_path}/{name}", text)
+    if task.input_dir:
+        sb.upload(task.input_dir, task.input_path)
+    tools = Tools(sb)
+
+    def step_done(agent: Agent, step: Step) -> None:
+        writer.update(agent)
+        if on_step is not None:
+            on_step(agent, step)
+
+    agent = Agent(model, tools, limits, on_step=step_done)
+    try:
+        reason = agent.run(system, instance)
+    finally:  # also on Ctrl-C: keep what there is
+        writer.update(agent, exit_reason=reason, duration_s=round(time.monotonic() - start, 3))
         try:
-            reason = agent.run(system, instance)
-        finally:  # also on Ctrl-C: keep what there is
-            writer.update(agent, exit_reason=reason, duration_s=round(time.monotonic() - start, 3))
-            try:
-                skipped = sb.download(OUTPUT_DIR, out / "files", symlinks=False, max_bytes=MAX_EXPORT_BYTES)
-                answer = sb.read_file(ANSWER_FILE, max_bytes=MAX_ANSWER_BYTES).decode("utf-8", "replace")
-            except SandboxFileError:
-                pass
-            finally:
-                tools.close()
-                if answer is not None:
-                    (out / "answer.txt").write_text(answer)
-                writer.update(agent, skipped_outputs=skipped, answer=answer)
+            skipped = sb.download(OUTPUT_DIR, out / "files", symlinks=False, max_bytes=MAX_EXPORT_BYTES)
+            answer = sb.read_file(ANSWER_FILE, max_bytes=MAX_ANSWER_BYTES).decode("utf-8", "replace")
+        except SandboxFileError:
+            pass
+        finally:
+            tools.close()
+            if answer is not None:
+                (out / "answer.txt").write_text(answer)
+            writer.update(agent, skipped_outputs=skipped, answer=answer)
+    last = next((m.get("content") for m in reversed(agent.messages) if m.get("role") == "assistant"
+                 and m.get("content")), None)  # fmt: skip
     return RunResult(task.id, reason, reason == "submitted", answer, len(agent.steps), dict(agent.usage),
-                     round(time.monotonic() - start, 3), str(out), skipped)  # fmt: skip
+                     round(time.monotonic() - start, 3), str(out), skipped,
+                     model_s=round(sum(s.model_s for s in agent.steps), 4), last_message=last)  # fmt: skip
 
 
 def _run_vanilla(task: Task, model: Any, system: str, instance: str, out: Path, writer: TrajectoryWriter,
                  start: float) -> RunResult:  # fmt: skip
     """The paper's baseline: the same task in one chat call, no sandbox and no tools."""
     messages = [{"role": "system", "content": system}, {"role": "user", "content": instance}]
+    t0 = time.monotonic()
     try:
         reply = model.complete(messages, [])
         reason = "answered"
@@ -171,4 +191,4 @@ def _run_vanilla(task: Task, model: Any, system: str, instance: str, out: Path, 
     writer.update(messages=messages, exit_reason=reason, answer=answer, usage=usage,
                   duration_s=round(time.monotonic() - start, 3))  # fmt: skip
     return RunResult(task.id, reason, reason == "answered", answer, 1, usage, round(time.monotonic() - start, 3),
-                     str(out))  # fmt: skip
+                     str(out), model_s=round(time.monotonic() - t0, 4), last_message=answer)  # fmt: skip

@@ -7,6 +7,7 @@
       "query": "Read /testbed/input/numbers.txt and write their sum.",   # required
       "input_files": {"numbers.txt": "17\\n25"},   # name -> text, placed in /testbed/input
       "input_dir": "/host/dir",              # or: a host directory copied to /testbed/input
+      "input_path": "/testbed/input",        # where the inputs go in the sandbox (under /testbed or /tmp)
       "rootfs": "auto",                      # as SandboxConfig.rootfs
       "network": "none",                     # "none" or "host"
       "max_steps": 50,                       # model turns
@@ -38,6 +39,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "query": ((str,), "a non-empty string", True),
     "input_files": ((dict,), "an object mapping file names to text", False),
     "input_dir": ((str,), "a host directory path", False),
+    "input_path": ((str,), "an absolute sandbox path under /testbed or /tmp", False),
     "rootfs": ((str,), 'a string ("auto", "host", an image name or a directory)', False),
     "network": ((str,), '"none" or "host"', False),
     "max_steps": ((int,), "a positive integer", False),
@@ -54,6 +56,7 @@ class Task:
     query: str
     input_files: dict[str, str] = field(default_factory=dict)
     input_dir: str | None = None
+    input_path: str = "/testbed/input"
     rootfs: str = "auto"
     network: str = "none"
     max_steps: int = 50
@@ -91,6 +94,11 @@ class Task:
                 raise TaskError(f"input_files[{name!r}]", "expected a relative file name without '..'")
         if "input_files" in data and "input_dir" in data:
             raise TaskError("input_dir", "give either input_files or input_dir, not both")
+        if "input_path" in data:
+            ip = data["input_path"]
+            parts = Path(ip).parts
+            if not ip.startswith(("/testbed/", "/tmp/")) or ".." in parts or "\0" in ip or len(parts) < 3:
+                raise TaskError("input_path", f"expected {_FIELDS['input_path'][1]} (not the directory itself), got {ip!r:.60}")
         if data.get("network", "none") not in ("none", "host"):
             raise TaskError("network", f'expected "none" or "host", got {data["network"]!r}')
         if data.get("max_steps", 1) <= 0:

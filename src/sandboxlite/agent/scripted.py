@@ -1,0 +1,50 @@
+"""``ScriptedModel`` (``--model scripted``): a deterministic stand-in for an LLM, no weights needed.
+
+With tools it looks around, runs a little Python, writes its answer to the answer file and
+submits (``steps`` turns in all); without tools (vanilla mode) it replies with the answer. It
+keeps no state between calls (the turn is read from the messages), so one instance can serve
+many episodes at once. For dry runs of ``sandboxlite run`` / ``eval`` and for measuring what the
+sandbox side costs with the model's time taken out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+
+from .model import AssistantMessage, ToolCall
+from .prompts import ANSWER_FILE
+
+Answer = str | Callable[[list[dict]], str]
+
+
+class ScriptedModel:
+    name = "scripted"
+
+    def __init__(self, answer: Answer = "\\boxed{0}", *, steps: int = 4) -> None:
+        if steps < 2:
+            raise ValueError("ScriptedModel needs steps >= 2 (write the answer, then submit)")
+        self.answer, self.steps = answer, steps
+        self.info = {"steps": steps}
+        self._ids = itertools.count(1)
+
+    def _answer(self, messages: list[dict]) -> str:
+        return self.answer(messages) if callable(self.answer) else self.answer
+
+    def complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        if not tools:
+            return AssistantMessage(content=f"Answer: {self._answer(messages)}", tool_calls=[], usage=usage)
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        if turn >= self.steps - 1:
+            name, args = "submit", {}
+        elif turn == self.steps - 2:
+            name, args = "str_replace_editor", {"command": "create", "path": ANSWER_FILE,
+                                                "file_text": self._answer(messages)}  # fmt: skip
+        elif turn == 0:
+            name, args = "execute_bash", {"command": "ls -la /testbed; python3 -c 'print(6 * 7)'"}
+        else:
+            name, args = "execute_bash", {"command": f"echo turn {turn}; ls /testbed/output"}
+        call = ToolCall(id=f"call_{next(self._ids)}", name=name, arguments=json.dumps(args))
+        return AssistantMessage(content=None, tool_calls=[call], usage=usage, finish_reason="tool_calls")
