@@ -3,26 +3,27 @@
 Everything here is standard library only (no nltk: its data downloads are unreachable), so the
 definitions are the project's own and deliberately simple; each is documented where it is made.
 
-* A *word* is a whitespace-separated token (em/en dashes and the ellipsis character also separate
-  tokens) with leading and trailing punctuation and symbols stripped, kept only if it still holds
+* A *word* is a whitespace-separated token (em/en dashes, the ellipsis character and HTML tags also
+  separate tokens) with leading and trailing punctuation and symbols stripped, kept only if it still holds
   a letter or a digit.  Inner apostrophes and hyphens stay: ``don't`` and ``well-known`` are one
   word each; a lone ``*``, ``-`` or ``#`` is not a word.
 * A *sentence* ends at a line break, or at ``.``, ``!``, ``?``, ``‽`` or ``…`` (plus any closing
   quotes/brackets) followed by whitespace and then something that is not a lowercase letter;
   common abbreviations (``Mr.``, ``e.g.``, ``U.S.``), single-letter initials and a list number at
-  the start of a line (``1.``) do not end a sentence.
+  the start of a line (``1.``) do not end a sentence.  A piece without letters or digits (``---``,
+  a lone emoji) is not a sentence: emoji go with the sentence before, the rest is dropped.
 * A *paragraph* is a block of text separated from the next by a blank line; a *line* is one line.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
 # -- characters --------------------------------------------------------------------------------
 
 _PUNCT_OR_SYMBOL = ("P", "S")
-_DASH_SPLIT = re.compile(r"[\s\u2014\u2013\u2026]+")  # whitespace, em dash, en dash, ellipsis
 
 
 def is_punct_or_symbol(ch: str) -> bool:
@@ -30,14 +31,13 @@ def is_punct_or_symbol(ch: str) -> bool:
     return unicodedata.category(ch)[0] in _PUNCT_OR_SYMBOL
 
 
+_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
+
+
 def strip_punct(token: str) -> str:
-    """``token`` without the punctuation, symbols and invisible format marks at either end."""
-    start, end = 0, len(token)
-    while start < end and (is_punct_or_symbol(token[start]) or unicodedata.category(token[start]) in ("Cf", "Mn")):
-        start += 1
-    while end > start and (is_punct_or_symbol(token[end - 1]) or unicodedata.category(token[end - 1]) in ("Cf", "Mn")):
-        end -= 1
-    return token[start:end]
+    """``token`` without the characters that are neither letters nor digits (punctuation, symbols,
+    emoji, invisible marks) at either end."""
+    return _EDGES.sub("", token)
 
 
 def fold(text: str) -> str:
@@ -91,11 +91,6 @@ def ends_with_emoji(text: str) -> bool:
     return False
 
 
-def starts_with_emoji(text: str) -> bool:
-    t = text.lstrip()
-    return bool(t) and is_emoji(t[0])
-
-
 # -- Japanese ----------------------------------------------------------------------------------
 
 _JAPANESE = re.compile(r"[\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\u4e00-\u9fff\u3400-\u4dbf\uff66-\uff9f]")
@@ -108,19 +103,16 @@ def has_japanese(text: str) -> bool:
 
 # -- words -------------------------------------------------------------------------------------
 
-def tokens(text: str) -> list[str]:
-    """Raw tokens: split on whitespace, em/en dashes and the ellipsis character."""
-    return [t for t in _DASH_SPLIT.split(text) if t]
+_HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>")
+
+
+# from the first to the last letter/digit of a run of characters that are not separators
+_WORD = re.compile(r"[^\W_](?:[^\s\u2014\u2013\u2026]*[^\W_])?")
 
 
 def words(text: str) -> list[str]:
     """The words of ``text`` (see module docstring), punctuation stripped, case kept."""
-    out = []
-    for tok in tokens(text):
-        w = strip_punct(tok)
-        if any(c.isalnum() for c in w):
-            out.append(w)
-    return out
+    return _WORD.findall(_HTML_TAG.sub(" ", text))
 
 
 def lower_words(text: str) -> list[str]:
@@ -140,18 +132,18 @@ def whole_word_pattern(keyword: str) -> re.Pattern[str]:
 
 # -- sentences ---------------------------------------------------------------------------------
 
+# abbreviations whose period does not end a sentence (words that often end one, like "no", are left out)
 ABBREVIATIONS = {
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "e.g", "i.e", "cf", "approx", "no",
-    "fig", "figs", "inc", "ltd", "co", "corp", "u.s", "u.k", "u.n", "a.m", "p.m", "mt", "gen",
-    "col", "lt", "sgt", "capt", "rev", "hon", "dept", "est", "vol", "pp", "ed", "eds", "al",
-    "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "ca",
+    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "e.g", "i.e", "cf", "approx", "fig",
+    "figs", "inc", "ltd", "corp", "u.s", "u.k", "u.n", "a.m", "p.m", "capt", "sgt", "lt", "dept",
+    "vol", "al", "jan", "feb", "apr", "jun", "jul", "aug", "sept", "oct", "nov", "dec",
 }
 _TERMINAL = ".!?\u203d\u2026"
 _CLOSERS = "\"'\u201d\u2019)]}\u00bb*_"
-# terminal punctuation run, optional closers, optional emoji run glued to it, then whitespace
+# terminal punctuation run, optional closers, optional emoji run (the sentence's own), then whitespace
 _BOUNDARY = re.compile(
     r"[" + re.escape(_TERMINAL) + r"]+[" + re.escape(_CLOSERS) + r"]*"
-    r"(?:[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\uFE0F\u200D]+)?(?=\s)"
+    r"(?:[ \t]*[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\u2300-\u23FF\uFE0F\u200D]+)?(?=\s)"
 )
 _LIST_NUMBER = re.compile(r"^\s*(?:[-*+\u2022]\s*)?\(?\d{1,3}[.)]$")
 
@@ -197,9 +189,12 @@ def sentences(text: str) -> list[str]:
     """The sentences of ``text``, stripped, in order (see module docstring for the rule)."""
     out: list[str] = []
     for line in text.splitlines():
-        if line.strip():
-            out.extend(_split_line(line))
-    return [s for s in out if any(c.isalnum() or is_emoji(c) for c in s)]
+        for piece in _split_line(line) if line.strip() else []:
+            if any(c.isalnum() for c in piece):
+                out.append(piece)
+            elif out and any(is_emoji(c) for c in piece):
+                out[-1] += " " + piece  # an emoji (or emoji line) trailing the sentence before
+    return out
 
 
 def sentence_end(sentence: str) -> str:
@@ -236,6 +231,7 @@ def nonempty_lines(text: str) -> list[str]:
 
 # -- syllables (heuristic) ---------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=4096)
 def syllables(word: str) -> int:
     """Estimated number of syllables of an English word: vowel groups, minus a silent final
     ``e``/``es``/``ed``, plus a few common hiatus patterns; at least 1 for any word with letters,
@@ -285,7 +281,7 @@ myself ourselves yourself yourselves himself herself itself themselves oneself
 this that these those
 who whom whose which what whoever whomever whatever whichever
 anybody anyone anything everybody everyone everything nobody nothing somebody someone something
-each either neither both all some any none one another other others few many several
+each either neither both all some any none
 """.split())
 
 COORDINATING_CONJUNCTIONS = ("and", "but", "for", "nor", "or", "so", "yet")
