@@ -64,18 +64,15 @@ def rouge_l(pred: str, ref: str) -> float:
 
 
 def answer_after_marker(text: str) -> str | None:
-    """What follows the last "Answer:" / "Final answer:" / "The answer is:" marker, or None.
+    """Everything after the last "Answer:" / "Final answer:" / "The answer is:" marker, or None.
 
-    The marker's own line when it has text on it, else the lines after it (answers such as
-    ranked lists start on the next line).
+    The whole rest, not one line: long-context answers are often lists that start on the
+    marker's line or the next one.
     """
     marks = list(_MARKER_RE.finditer(text or ""))
     if not marks:
         return None
-    after = text[marks[-1].end() :]
-    first_line = after.split("\n", 1)[0].strip()
-    answer = first_line if first_line else after.strip()
-    answer = answer.strip().strip("*").strip()
+    answer = text[marks[-1].end() :].strip().strip("*").strip()
     return answer or None
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "extract_boxed",
     "iter_boxed",
     "last_boxed",
+    "load_math_verify",
     "math_equal",
     "mv_equal",
     "mv_parse",
@@ -192,25 +193,38 @@ def _run_in_watchdog(fn: Callable[[], T], timeout_s: float, default: T) -> tuple
 # --------------------------------------------------------------------------------------
 # math-verify
 # --------------------------------------------------------------------------------------
-def _quiet_math_verify() -> None:
-    """math-verify warns once that its timeout is disabled: run_bounded is the timeout here."""
+def load_math_verify() -> None:
+    """Import math-verify (and sympy) now, outside any time bound: a first import cut short by
+    the alarm, or charged to a comparison's budget, would be wrong."""
     try:
-        from math_verify import grader, parser
-
-        parser.TIMEOUT_WARNING_SHOWN = True
-        grader.TIMEOUT_WARNING_SHOWN = True
-    except Exception:  # noqa: BLE001 - only a log line is at stake
-        pass
+        import latex2sympy2_extended  # noqa: F401
+        import math_verify  # noqa: F401
+    except Exception:  # noqa: BLE001 - the comparison itself will report the failure
+        log.debug("math-verify could not be imported", exc_info=True)
 
 
-_quiet_math_verify()
+def _verify(gold: list, pred: list) -> bool:
+    """math-verify's ``verify`` without its signal timeout (``run_bounded`` is the timeout here)."""
+    from math_verify import grader
+
+    grader.TIMEOUT_WARNING_SHOWN = True  # its "timeout is disabled" warning does not apply
+    return bool(grader.verify(gold, pred, timeout_seconds=None))
 
 
-def mv_parse(text: str) -> list:
-    """math-verify's parse of an answer string (or a whole response), no signal timeout; may raise."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+def mv_parse(text: str, *, units: bool = True) -> list:
+    """math-verify's parse of an answer string (or a whole response), no signal timeout; may raise.
 
-    config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    ``units``: math-verify's unit removal (right for "5 \\text{cm}" in a math answer; wrong in a
+    physics expression, where it eats symbols such as ``l`` or ``\\mathrm{m}``).
+    """
+    from latex2sympy2_extended import NormalizationConfig
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, parser
+
+    parser.TIMEOUT_WARNING_SHOWN = True  # its "timeout is disabled" warning does not apply
+    normalization = NormalizationConfig(
+        basic_latex=True, units=units, malformed_operators=True, nits=True, boxed="all", equations=False
+    )
+    config = [LatexExtractionConfig(boxed_match_priority=0, normalization_config=normalization), ExprExtractionConfig()]
     return parse(text, extraction_config=config, parsing_timeout=None)  # type: ignore[arg-type]
 
 
@@ -221,19 +235,19 @@ def _as_math(answer: str) -> str:
     return f"${answer}$"
 
 
-def mv_equal(pred: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[bool, str | None]:
+def mv_equal(
+    pred: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, units: bool = True
+) -> tuple[bool, str | None]:
     """math-verify's verdict on two answer strings, bounded in time: ``(equal, error or None)``."""
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return False, "answer too long for math-verify"
 
-    def job() -> bool:
-        from math_verify import verify
+    load_math_verify()
 
-        gold_parsed = mv_parse(_as_math(gold))
-        pred_parsed = mv_parse(_as_math(pred))
-        if not gold_parsed or not pred_parsed:
-            return False
-        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
+    def job() -> bool:
+        gold_parsed = mv_parse(_as_math(gold), units=units)
+        pred_parsed = mv_parse(_as_math(pred), units=units)
+        return bool(gold_parsed) and bool(pred_parsed) and _verify(gold_parsed, pred_parsed)
 
     return run_bounded(job, timeout_s, False)
 
@@ -274,23 +288,25 @@ def _sci_to_latex(text: str) -> str:
     return re.sub(r"(\d)[eE]([+-]?\d+)(?![\w.])", r"\1\\times10^{\2}", text)
 
 
-def math_equal(pred: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+def math_equal(pred: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, units: bool = True) -> bool:
     """Whether answer ``pred`` equals reference ``gold`` mathematically; never raises.
 
     Identical after ``normalize_latex`` -> equal; two plain numbers -> compared as numbers
     (leading zeros and thousands separators ignored); otherwise math-verify decides
     (``\\frac{1}{2}`` equals 0.5), within ``timeout_s`` seconds (False when it runs out).
+    ``units=False`` keeps math-verify from removing unit-like words (see ``mv_parse``).
     """
     try:
-        return _math_equal(pred, gold, timeout_s)
+        return _math_equal(pred, gold, timeout_s, units)
     except Exception:  # noqa: BLE001 - never raise out of a scorer
         log.debug("math_equal failed", exc_info=True)
         return False
 
 
-def _math_equal(pred: str, gold: str, timeout_s: float) -> bool:
+def _math_equal(pred: str, gold: str, timeout_s: float, units: bool) -> bool:
     if pred is None or gold is None:
         return False
+    pred, gold = str(pred), str(gold)
     p, g = normalize_latex(pred), normalize_latex(gold)
     if not p or not g:
         return False
@@ -298,8 +314,8 @@ def _math_equal(pred: str, gold: str, timeout_s: float) -> bool:
         return True
     pn, gn = plain_number(p), plain_number(g)
     if pn is not None and gn is not None:
-        return math.isclose(pn, gn, rel_tol=1e-9, abs_tol=1e-12)
-    equal, _ = mv_equal(_sci_to_latex(pred.strip()), _sci_to_latex(gold.strip()), timeout_s)
+        return math.isclose(pn, gn, rel_tol=1e-9)
+    equal, _ = mv_equal(_sci_to_latex(pred.strip()), _sci_to_latex(gold.strip()), timeout_s, units=units)
     return equal
 
 
@@ -313,8 +329,9 @@ def score_math(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
     box, math-verify's own extraction of the response (its "final answer is" anchors, then the
     last expression) is compared instead, and recorded in ``details["fallback"]``.
     """
-    gold_answer = last_boxed(gold) if "\\boxed" in (gold or "") else gold
-    gold_answer = (gold_answer or "").strip()
+    gold = "" if gold is None else str(gold)  # AIME answers may arrive as ints
+    gold_answer = (last_boxed(gold) if "\\boxed" in gold else gold) or ""
+    gold_answer = gold_answer.strip()
     boxed = last_boxed(response or "")
     if boxed is not None:
         correct = math_equal(boxed, gold_answer, timeout_s=timeout_s)
@@ -329,16 +346,15 @@ def score_math(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
 def _fallback_compare(response: str, gold: str, timeout_s: float) -> tuple[bool, str | None, str | None]:
     """No box: let math-verify extract the answer from the whole response (its tail when long)."""
     tail = response[-MAX_ANSWER_CHARS:]
+    load_math_verify()
 
     def job() -> tuple[bool, str | None]:
-        from math_verify import verify
-
         pred_parsed = mv_parse(tail)
         if not pred_parsed:
             return False, None
         found = str(pred_parsed[-1])
         gold_parsed = mv_parse(_as_math(_sci_to_latex(gold)))
-        return bool(gold_parsed) and bool(verify(gold_parsed, pred_parsed, timeout_seconds=None)), found
+        return bool(gold_parsed) and _verify(gold_parsed, pred_parsed), found
 
     (correct, found), error = run_bounded(job, timeout_s, (False, None))
     return correct, found, error

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..score import Score
 from .longctx import answer_after_marker
-from .mathans import DEFAULT_TIMEOUT_S, extract_boxed, mv_parse, normalize_latex, run_bounded
+from .mathans import DEFAULT_TIMEOUT_S, extract_boxed, load_math_verify, mv_parse, normalize_latex, run_bounded
 from .mathans import math_equal as _math_equal
 
 __all__ = ["ANSWER_TYPES", "parse_answer_types", "part_equal", "score_physics", "split_parts", "to_number"]
@@ -44,6 +44,9 @@ MAX_FULL_MATRIX = 64  # beyond this many part pairs only the given order is trie
 # --------------------------------------------------------------------------------------
 # parts and types
 # --------------------------------------------------------------------------------------
+_SPACING_EDGES_RE = re.compile(r"^(?:\s|\\[,;!: ]|\\q?quad|~)+|(?:\s|\\[,;!: ]|\\q?quad|~)+$")
+
+
 def split_parts(text: str) -> list[str]:
     """``text`` split at commas outside any ``() [] {}`` (``\\left(``, escaped braces and
     intervals such as ``(1, 2]`` stay whole); thousands separators ("23,000") do not split."""
@@ -51,9 +54,11 @@ def split_parts(text: str) -> list[str]:
     parts, depth, start, i = [], 0, 0, 0
     while i < len(text):
         ch = text[i]
-        if ch == "\\" and i + 1 < len(text) and text[i + 1] in "{}[](),":
-            i += 2
-            continue
+        if ch == "\\" and i + 1 < len(text):  # \, is a space; \{ \} are set braces, counted below
+            if text[i + 1] not in "([{}])":
+                i += 2
+                continue
+            i, ch = i + 1, text[i + 1]
         if ch in "([{":
             depth += 1
         elif ch in ")]}":
@@ -63,7 +68,7 @@ def split_parts(text: str) -> list[str]:
             start = i + 1
         i += 1
     parts.append(text[start:])
-    parts = [p.strip().strip("\\,;").strip() for p in parts]
+    parts = [_SPACING_EDGES_RE.sub("", p) for p in parts]
     return [p for p in parts if p]
 
 
@@ -94,7 +99,8 @@ def _response_parts(response: str, n_wanted: int) -> tuple[list[str], str | None
     """The response's answer parts and where they came from (the boxes, else an answer line)."""
     boxes = extract_boxed(response)
     if not boxes:
-        line = answer_after_marker(response)
+        after = answer_after_marker(response)
+        line = after.splitlines()[0].strip().rstrip(".") if after else ""
         return (split_parts(line) if line else []), ("answer line" if line else None)
     parts = split_parts(boxes[-1])
     for earlier in reversed(boxes[:-1]):
@@ -184,16 +190,19 @@ def _numbers_close(pred: tuple[float, bool], gold: tuple[float, bool], rel_tol: 
 
 
 def _close(pred: float, gold: float, rel_tol: float) -> bool:
-    return abs(pred - gold) <= rel_tol * abs(gold) + 1e-12
+    if gold == 0:
+        return abs(pred) <= 1e-12
+    return abs(pred - gold) <= rel_tol * abs(gold)
 
 
 def _symbolic_number(text: str, timeout_s: float) -> float | None:
     """The value of a constant expression (``\\frac{\\sqrt{3}}{2}``, ``2\\pi``) via math-verify, or None."""
     if not text or len(text) > 500:
         return None
+    load_math_verify()
 
     def job() -> float | None:
-        parsed = mv_parse(f"${_clean_number_text(text)}$")
+        parsed = mv_parse(f"${_clean_number_text(text)}$", units=False)
         expr = parsed[0] if parsed else None
         if expr is None or isinstance(expr, str) or not getattr(expr, "is_number", False):
             return None
@@ -204,8 +213,8 @@ def _symbolic_number(text: str, timeout_s: float) -> float | None:
     return value
 
 
-def _numeric_value(text: str, timeout_s: float) -> tuple[float, bool] | None:
-    found = to_number(text)
+def _numeric_value(text: str, timeout_s: float, *, bare_units: bool) -> tuple[float, bool] | None:
+    found = to_number(text, bare_units=bare_units)
     if found is not None:
         return found
     value = _symbolic_number(text, timeout_s)
@@ -215,8 +224,8 @@ def _numeric_value(text: str, timeout_s: float) -> tuple[float, bool] | None:
 # --------------------------------------------------------------------------------------
 # one part against one reference part
 # --------------------------------------------------------------------------------------
-_YES = {"yes", "true", "correct", "right", "t", "y"}
-_NO = {"no", "false", "incorrect", "wrong", "f", "n"}
+_YES = {"yes", "true", "correct", "right"}
+_NO = {"no", "false", "incorrect", "wrong"}
 
 
 def _truth(text: str) -> bool | None:
@@ -260,14 +269,19 @@ def _intervals_equal(pred: str, gold: str, rel_tol: float, timeout_s: float) -> 
     p, g = _interval(pred), _interval(gold)
     if p is None or g is None:
         return None
-    return (p[0], p[3]) == (g[0], g[3]) and all(_ends_equal(a, b, rel_tol, timeout_s) for a, b in ((p[1], g[1]), (p[2], g[2])))
+    if (p[0], p[3]) != (g[0], g[3]):
+        return False
+    return _ends_equal(p[1], g[1], rel_tol, timeout_s) and _ends_equal(p[2], g[2], rel_tol, timeout_s)
 
 
-def _values_equal(pred: str, gold: str, rel_tol: float, timeout_s: float) -> bool:
-    """Numbers within ``rel_tol`` when both are numbers; else math-verify."""
-    g_num = _numeric_value(gold, timeout_s)
+def _values_equal(pred: str, gold: str, rel_tol: float, timeout_s: float, *, numeric: bool = False) -> bool:
+    """Numbers within ``rel_tol`` when both are numbers; else math-verify.
+
+    ``numeric`` (the part is typed NV): a reference such as "4 K" may carry a bare unit.
+    """
+    g_num = _numeric_value(gold, timeout_s, bare_units=numeric)
     if g_num is not None:
-        p_num = _numeric_value(pred, timeout_s)
+        p_num = _numeric_value(pred, timeout_s, bare_units=True)
         if p_num is not None:
             return _numbers_close(p_num, g_num, rel_tol)
     return _symbolic_equal(pred, gold, timeout_s)
@@ -276,10 +290,18 @@ def _values_equal(pred: str, gold: str, rel_tol: float, timeout_s: float) -> boo
 _RELATION_RE = re.compile(r"=|\\approx(?![A-Za-z])|≈")
 
 
-def _rhs(text: str) -> str | None:
-    """What follows the last top-level ``=`` / ``\\approx`` of ``text``, or None."""
+def _sides(text: str) -> tuple[str, str] | None:
+    """``(lhs, rhs)`` split at the last ``=`` / ``\\approx``, or None without one."""
     pieces = _RELATION_RE.split(text)
-    return pieces[-1].strip() if len(pieces) > 1 and pieces[-1].strip() else None
+    if len(pieces) < 2 or not pieces[-1].strip():
+        return None
+    lhs = text[: len(text) - len(pieces[-1])]
+    return _RELATION_RE.sub("", lhs).strip(), pieces[-1].strip()
+
+
+def _canonical(text: str) -> str:
+    """``normalize_latex`` plus ``x_{1}`` spelled ``x_1``: for comparing equation labels."""
+    return re.sub(r"([_^])\{(\w)\}", r"\1\2", normalize_latex(text))
 
 
 def _strip_trailing_text(text: str) -> str:
@@ -288,17 +310,17 @@ def _strip_trailing_text(text: str) -> str:
 
 
 def _symbolic_equal(pred: str, gold: str, timeout_s: float) -> bool:
+    """math-verify on the two answers; an equation's label (``v_0 = ...``) is dropped when only
+    one side has one or both have the same one, so only the right-hand sides are compared."""
     pred, gold = _strip_trailing_text(pred), _strip_trailing_text(gold)
-    variants = [(pred, gold)]
-    p_rhs, g_rhs = _rhs(pred), _rhs(gold)
-    if g_rhs is not None:
-        variants.append((p_rhs or pred, g_rhs))
-    if p_rhs is not None and g_rhs is None:
-        variants.append((p_rhs, gold))
-    for p, g in variants:
-        if normalize_latex(p) == normalize_latex(g) or _math_equal(p, g, timeout_s=timeout_s):
-            return True
-    return False
+    p_sides, g_sides = _sides(pred), _sides(gold)
+    if p_sides and g_sides and _canonical(p_sides[0]) == _canonical(g_sides[0]):
+        pred, gold = p_sides[1], g_sides[1]
+    elif g_sides and not p_sides:
+        gold = g_sides[1]
+    elif p_sides and not g_sides:
+        pred = p_sides[1]
+    return _canonical(pred) == _canonical(gold) or _math_equal(pred, gold, timeout_s=timeout_s, units=False)
 
 
 def part_equal(
@@ -320,7 +342,7 @@ def part_equal(
         same = _intervals_equal(pred, gold, rel_tol, timeout_s)
         if same is not None:
             return same or _symbolic_equal(pred, gold, timeout_s)
-    return _values_equal(pred, gold, rel_tol, timeout_s)
+    return _values_equal(pred, gold, rel_tol, timeout_s, numeric=answer_type == "NV")
 
 
 # --------------------------------------------------------------------------------------
@@ -354,7 +376,9 @@ def _max_matching(n_pred: int, n_gold: int, equal: Callable[[int, int], bool]) -
     return match
 
 
-def _match_parts(pred: list[str], gold: list[str], types: list[str | None], rel_tol: float, timeout_s: float) -> tuple[list[int | None], bool]:
+def _match_parts(
+    pred: list[str], gold: list[str], types: list[str | None], rel_tol: float, timeout_s: float
+) -> tuple[list[int | None], bool]:
     """The matching of reference parts to response parts, and whether the given order matched."""
 
     def equal(i: int, j: int) -> bool:
@@ -366,6 +390,15 @@ def _match_parts(pred: list[str], gold: list[str], types: list[str | None], rel_
     if len(pred) * len(gold) > MAX_FULL_MATRIX:
         return [j if j < len(pred) and equal(j, j) else None for j in range(len(gold))], False
     return _max_matching(len(pred), len(gold), equal), False
+
+
+def _part_types(codes: list[str], n_parts: int) -> list[str | None]:
+    """One type per reference part: as listed, or the single listed type for all, else unknown."""
+    if len(codes) == n_parts:
+        return list(codes)
+    if len(codes) == 1:
+        return [codes[0]] * n_parts
+    return [None] * n_parts
 
 
 def score_physics(
@@ -384,7 +417,7 @@ def score_physics(
     """
     gold = _reference_parts(answers)
     codes = parse_answer_types(answer_type)
-    types: list[str | None] = codes if len(codes) == len(gold) else [codes[0]] * len(gold) if len(codes) == 1 else [None] * len(gold)
+    types = _part_types(codes, len(gold))
     details: dict[str, Any] = {"gold_parts": gold, "types": types, "unit": unit}
     if not gold:
         details["error"] = "the reference holds no answer"

@@ -1,0 +1,141 @@
+"""Multiple-choice answers (chemistry MCQ, MedXpertQA A-J): read the chosen letter, compare it.
+
+``extract_choice`` looks for the letter in three tiers and returns the last hit of the best
+tier present:
+
+1. explicit final answers: ``\\boxed{B}`` (also ``\\boxed{\\text{B}}``, ``\\boxed{(B)}``,
+   ``\\boxed{B. ...}``), "Answer: B", "the answer is (b)", "final answer: **C**",
+   "The correct option is C: ...", "the answer to this question is D", "I choose D",
+   "option B is correct";
+2. a stated letter: ``**B**``, a line that starts with "B." / "B)" / "(B)" or holds only
+   the letter;
+3. any parenthesised letter, "(B)".
+
+Letters outside ``letters`` are ignored.  The English words "A" and "I" are not letters: a bare
+"A" or "I" (or any bare lowercase letter) followed by a word, as in "Answer: A reaction occurs"
+or "the answer is I think ...", does not count; wrapped ones ("(a)", "**I**") and ones at the
+end of a sentence ("the answer is b.") do.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..score import Score
+from .mathans import iter_boxed
+
+__all__ = ["extract_choice", "score_choice"]
+
+# the letter, bare or wrapped: (B) [B] **B** *B* \text{B} \textbf{B} {B}
+_TOKEN = r"""(?:
+    \*\*\(?(?P<bold>[A-Za-z])\)?\*\*
+  | \*(?P<italic>[A-Za-z])\*
+  | \((?P<paren>[A-Za-z])\)
+  | \[(?P<bracket>[A-Za-z])\]
+  | \\text(?:bf|rm)?\{\(?(?P<text>[A-Za-z])\)?\}
+  | (?P<bare>[A-Za-z])
+)"""
+_AFTER_BARE = re.compile(r"(?P<space>\s*)(?P<next>[A-Za-z]*)")
+_CONNECTIVES = {"because", "since", "as", "which", "given", "due", "hence", "therefore"}
+
+_EXPLICIT_RE = re.compile(
+    r"""\b(?:
+        (?:final|correct|right|best|most\s+(?:appropriate|likely|accurate))\s+(?:answer|option|choice|response)
+      | answer
+      | (?:I\s+(?:would\s+)?|I'll\s+|we\s+)?(?:choose|select|pick|go\s+with)
+    )\b
+    (?:\s+(?:is|would\s+be|should\s+be|will\s+be|=))?
+    \s*[:：=]?\s*
+    (?:(?:option|choice|letter)\s*:?\s*)?
+    """
+    + _TOKEN,
+    re.IGNORECASE | re.VERBOSE,
+)
+_ANSWER_IS_RE = re.compile(  # "the answer to this question is B"
+    r"\banswer\b[^.\n:]{0,40}?\b(?:is|would\s+be|should\s+be)\s*[:：]?\s*" + _TOKEN, re.IGNORECASE | re.VERBOSE
+)
+_OPTION_IS_CORRECT_RE = re.compile(
+    r"\b(?:option|choice)\s*" + _TOKEN + r"\s+(?:is|seems|appears)\s+(?:to\s+be\s+)?(?:the\s+)?"
+    r"(?:correct|right|best|most\s+appropriate|answer)",
+    re.IGNORECASE | re.VERBOSE,
+)
+# (pattern, whether a bare letter followed by a word is refused as an English word)
+_EXPLICIT = [(_EXPLICIT_RE, True), (_ANSWER_IS_RE, True), (_OPTION_IS_CORRECT_RE, False)]
+_STATED = [
+    (re.compile(r"\*\*\(?(?P<bold>[A-Za-z])\)?[.:)]?\*\*"), False),
+    (re.compile(r"^[ \t>*#-]*\(?(?P<bare>[A-Z])(?:[.)]|\)?:)(?=\s|$)", re.MULTILINE), False),
+    (re.compile(r"^[ \t>*#-]*\(?(?P<bare>[A-Za-z])\)?[ \t.]*$", re.MULTILINE), False),
+]
+_PARENTHESISED = [(re.compile(r"\((?P<paren>[A-Za-z])\)"), False)]
+
+
+def _token_letter(m: re.Match, text: str, strict_bare: bool = True) -> str | None:
+    """The letter a match stands for, or None when a bare letter reads as an English word."""
+    for group in ("bold", "italic", "paren", "bracket", "text"):
+        if m.groupdict().get(group):
+            return m.group(group)
+    letter = m.groupdict().get("bare")
+    if not letter:
+        return None
+    after = text[m.end("bare") :]
+    if after[:1].isalnum():  # part of a word ("Answering", "Bicarbonate")
+        return None
+    if not strict_bare:
+        return letter
+    nxt = _AFTER_BARE.match(after)
+    next_word = nxt.group("next") if nxt else ""
+    starts_word = bool(next_word[:1].isalpha()) and bool(nxt and nxt.group("space"))
+    if starts_word and (letter.islower() or letter in "AI") and next_word.lower() not in _CONNECTIVES:
+        return None  # "a good approach", "A reaction occurs", "I think" (but "A because ...")
+    return letter
+
+
+def _box_letter(content: str, letters: str) -> str | None:
+    """The letter a box holds: ``B``, ``\\text{B}``, ``(B)``, ``B. text``, ``B: text``."""
+    s = re.sub(r"\\(?:text|textbf|mathrm|mathbf|rm)\{([^{}]*)\}", r"\1", content).strip()
+    m = re.fullmatch(r"\(?([A-Za-z])\)?(?:\s*[.:)]\s*.*)?", s, re.DOTALL)
+    if m and m.group(1).upper() in letters:
+        return m.group(1).upper()
+    return None
+
+
+def _box_hits(text: str, letters: str) -> list[tuple[int, str]]:
+    return [(pos, letter) for pos, content in iter_boxed(text) if (letter := _box_letter(content, letters))]
+
+
+def _pattern_hits(text: str, letters: str, patterns: list[tuple[re.Pattern, bool]]) -> list[tuple[int, str]]:
+    hits = []
+    for pattern, strict in patterns:
+        for m in pattern.finditer(text):
+            letter = _token_letter(m, text, strict_bare=strict)
+            if letter and letter.upper() in letters:
+                hits.append((m.start(), letter.upper()))
+    return hits
+
+
+def extract_choice(text: str, letters: str = "ABCD") -> str | None:
+    """The chosen letter (upper case) in ``text``, or None; see the module docstring."""
+    letters = letters.upper()
+    text = text or ""
+    for hits in (
+        _box_hits(text, letters) + _pattern_hits(text, letters, _EXPLICIT),
+        _pattern_hits(text, letters, _STATED),
+        _pattern_hits(text, letters, _PARENTHESISED),
+    ):
+        if hits:
+            return max(hits)[1]
+    return None
+
+
+def _gold_letter(gold: str, letters: str) -> str:
+    s = re.sub(r"[^A-Za-z]", "", gold or "")
+    return s.upper() if len(s) == 1 else (gold or "").strip().upper()
+
+
+def score_choice(response: str, gold: str, letters: str = "ABCD") -> Score:
+    """1.0 when the letter extracted from ``response`` is ``gold`` (any case, "(B)" accepted)."""
+    letters = letters.upper()
+    extracted = extract_choice(response, letters)
+    gold_letter = _gold_letter(gold, letters)
+    return Score(float(extracted is not None and extracted == gold_letter), extracted=extracted,
+                 details={"gold": gold_letter, "letters": letters})  # fmt: skip
