@@ -25,14 +25,16 @@ def gold_response(item) -> str:
     if item.domain == "physics":
         answers = extract_boxed(ref["answers"]) if isinstance(ref["answers"], str) else ref["answers"]
         return "\\boxed{" + ", ".join(answers) + "}"
-    if item.domain in ("chem", "biomed"):
+    if item.domain == "qed":
+        return f"The passage says so.\nAnswer: {ref['answers'][0]}"
+    if item.domain in ("chem", "biomed", "dream"):
         return f"Having weighed the options, the answer is \\boxed{{{ref['label']}}}."
     if item.domain == "long_context":
         return f"Answer: {ref['answer']}"
     raise AssertionError(item.domain)
 
 
-@pytest.mark.parametrize("name", ["math", "physics", "chem", "biomed", "long_context"])
+@pytest.mark.parametrize("name", ["math", "physics", "chem", "biomed", "long_context", "dream", "qed"])
 def test_domain_end_to_end_both_modes(name: str, tmp_path: Path) -> None:
     domain = get_domain(name)
     items = select(domain.load(DATA), limit=LIMIT, ids=None, seed=0, domain=name)
@@ -90,6 +92,9 @@ def test_instruct_domain_runs_every_checker_path(tmp_path: Path) -> None:
 def test_every_domain_loads_the_real_data() -> None:
     counts = {n: len(get_domain(n).load(DATA)) for n in ("math", "physics", "chem", "biomed", "long_context", "instruct")}
     assert counts == {"math": 30, "physics": 5520, "chem": 304, "biomed": 2450, "long_context": 100, "instruct": 300}
+    assert len(get_domain("dream").load(DATA)) == 2041
+    qed = get_domain("qed").load(DATA)
+    assert len(qed) == 1355 and len({i.id for i in qed}) == 1355
     physics = select(get_domain("physics").load(DATA), limit=26, ids=None, seed=0, domain="physics")
     assert len({i.stratum for i in physics}) == 13  # a sample is spread over all 13 subjects
 

@@ -184,7 +184,7 @@ def _print_step(agent, step) -> None:
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="The eval-data folder (default: $SANDBOXLITE_EVAL_DATA).")  # fmt: skip
 @click.option("--domains", default=None, metavar="A,B",
-              help="math, physics, chem, biomed, long_context, instruct (default: all; with --tasks: those).")  # fmt: skip
+              help="math, physics, chem, biomed, long_context, instruct (the default: all six); also dream, qed.")  # fmt: skip
 @click.option("--tasks", "task_files", multiple=True, type=click.Path(dir_okay=False, exists=True),
               help="A JSONL file of your own tasks (repeatable; see sandboxlite.eval.custom).")  # fmt: skip
 @click.option("--domain-module", "domain_modules", multiple=True, metavar="MODULE:NAME",
@@ -225,7 +225,9 @@ def eval_(model_name, base_url, api_key, temperature, max_tokens, extra_body, da
         elif custom or domain_modules:
             names = []
         else:
-            names = [d for d in ("math", "physics", "chem", "biomed", "long_context", "instruct")]
+            from .eval.domains import PAPER_DOMAINS
+
+            names = list(PAPER_DOMAINS)
         known = known_domains()
         for n in names:
             if n not in known:
@@ -305,6 +307,58 @@ def models() -> None:
         check = {True: "sha256 ok", False: "sha256 MISMATCH", None: "not pinned"}[f.sha256_ok]
         click.echo(f"{name:12} {f.path}  {f.size / (1 << 20):.0f} MiB  {f.origin}  {f.licence}  {check}")
     click.echo("any GGUF file: --model local:/path/model.gguf; any OpenAI-compatible server: --model NAME --base-url URL")
+
+
+@main.command()
+@click.option("--quick", is_flag=True, help="A few rounds of everything, for CI (seconds).")
+@click.option("--rounds", type=int, default=None, help="Interleaved rounds per latency metric [default: 200; quick 5].")
+@click.option("--warmup", type=int, default=None, help="Untimed rounds first (they also probe) [default: 3].")
+@click.option("--exec-per-round", type=int, default=None, help="exec_true samples per round [default: 5].")
+@click.option("--rootfs", default="auto", show_default=True, help="Rootfs of every sandbox and baseline.")
+@click.option("--cgroups", type=click.Choice(["auto", "off", "required"]), default="auto", show_default=True)
+@click.option("--baselines", default="all", show_default=True, metavar="A,B",
+              help="raw_bwrap,unshare,posix_spawn,subprocess_run,host,docker,podman,runc; or all, local, "
+                   "containers, none.")  # fmt: skip
+@click.option("--only", default=None, metavar="METRIC,...",
+              help="Metrics or groups: cold, core, files, scale, latency, throughput, density, agent, profile, "
+                   "cold_true, exec_true, warm_true, reset, close, ... [default: all].")  # fmt: skip
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Results file [default: bench/results/bench-<time>.json in a checkout, else ./].")  # fmt: skip
+@click.option("--chart", "chart_path", type=click.Path(dir_okay=False), default=None,
+              help="Chart PNG [default: the JSON path with .png]; needs matplotlib.")  # fmt: skip
+@click.option("--no-chart", is_flag=True, help="Do not draw the chart.")
+@click.option("--concurrency", default=None, metavar="1,2,8,64", help="Throughput concurrencies.")
+@click.option("--density", "density_counts", default=None, metavar="10,100,1000", help="Density sizes.")
+@click.option("--density-baseline-max", type=int, default=100, show_default=True,
+              help="docker/podman/runc density only up to this many containers.")  # fmt: skip
+def bench(quick, rounds, warmup, exec_per_round, rootfs, cgroups, baselines, only, json_path, chart_path, no_chart,
+          concurrency, density_counts, density_baseline_max) -> None:  # fmt: skip
+    """Benchmark sandboxlite against posix_spawn, unshare, raw bwrap, Docker, podman and runc.
+
+    Prints a table, writes JSON and a chart. Docker: sudo bench/setup_docker.sh first.
+    """
+    from .bench.runner import BenchOptions, run_bench
+
+    def ints(opt: str, text: str | None) -> list[int] | None:
+        try:
+            return [int(x) for x in text.split(",") if x.strip()] if text else None
+        except ValueError:
+            raise click.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=opt) from None
+
+    opts = BenchOptions(quick=quick, rounds=rounds, warmup=warmup, exec_per_round=exec_per_round, rootfs=rootfs,
+                        cgroups=cgroups, baselines=baselines, only=only, json_path=json_path, chart=not no_chart,
+                        chart_path=chart_path, concurrency=ints("--concurrency", concurrency),
+                        density=ints("--density", density_counts), density_baseline_max=density_baseline_max,
+                        command=" ".join([os.path.basename(sys.argv[0]) if sys.argv[0].endswith("sandboxlite")
+                                          else sys.argv[0], *sys.argv[1:]]))  # fmt: skip
+    try:
+        code = run_bench(opts)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    except SandboxError as e:
+        _fail(e)
+        return
+    sys.exit(code)
 
 
 @main.group()

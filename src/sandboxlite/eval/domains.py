@@ -195,6 +195,51 @@ def score_instruct(item: EvalItem, response: str, judge: Any = None) -> Score:
     return score_ifbench(response, ref["instruction_id_list"], ref["kwargs"], prompt=ref["prompt"])
 
 
+# -- RL training stand-ins: DREAM (dialogue + multiple choice) and QED (paragraph + free form) ----
+def load_dream(data_dir: Path) -> list[EvalItem]:
+    path = data_dir / "instruct_pretrain" / "dream" / "test.json"
+    if not path.is_file():
+        raise TaskError("data", f"{path} not found. Hint: point --data-dir at the eval-data folder")
+    items = []
+    for dialogue, questions, dialogue_id in json.loads(path.read_text(encoding="utf-8")):
+        doc = {"dialogue.txt": "\n".join(dialogue) + "\n"}
+        for k, q in enumerate(questions):
+            letters = "ABCDE"[: len(q["choice"])]
+            options = "\n".join(f"{letter}. {c}" for letter, c in zip(letters, q["choice"]))
+            label = letters[q["choice"].index(q["answer"])]
+            query = (f"Read the dialogue provided, then answer: {q['question']}\n{options}"
+                     + CHOICE_SUFFIX.format(letters=", ".join(letters)))  # fmt: skip
+            items.append(EvalItem(f"dream-{safe_id(dialogue_id)}-{k}", "dream", query,
+                                  {"label": label, "letters": letters, "question": q["question"]}, files=doc,
+                                  input_path=DOCS_PATH))  # fmt: skip
+    return items
+
+
+def load_qed(data_dir: Path) -> list[EvalItem]:
+    items = []
+    for r in _jsonl(data_dir / "instruct_pretrain" / "qed" / "qed-dev.jsonlines"):
+        answers = sorted({a["string"] for group in r.get("original_nq_answers", []) for a in group})
+        if not answers:
+            continue
+        query = (f"Using the passage provided, answer the question: {r['question_text']}?\n\nEnd with a line "
+                 "'Answer: ...' holding just the answer (a short span of the passage).")  # fmt: skip
+        items.append(EvalItem(f"qed-{safe_id(str(r['example_id']).replace('-', 'm'))}", "qed", query,
+                              {"answers": answers, "question": r["question_text"]},
+                              files={"passage.txt": f"{r.get('title_text', '')}\n\n{r['paragraph_text']}\n"},
+                              input_path=DOCS_PATH))  # fmt: skip
+    return items
+
+
+def score_qed(item: EvalItem, response: str, judge: Any = None) -> Score:
+    """Right when any reference span is contained (whole tokens) in the final answer; approximate."""
+    from .scoring.longctx import score_long_context
+
+    scores = [score_long_context(response, a) for a in item.reference["answers"]]
+    best = max(scores, key=lambda s: (s.value, s.metrics.get("rouge_l", 0.0)))
+    best.details["references"] = len(scores)
+    return best
+
+
 def _verdict_dict(v: Any) -> dict:
     return {"correct": v.correct, "raw": v.raw, "usage": getattr(v, "usage", {}), "error": v.error}
 
@@ -210,7 +255,13 @@ BUILTIN = (
            score_long_context, paper_n=100, uses_judge=True),  # fmt: skip
     Domain("instruct", "IFBench (300), the project's own checkers, strict and loose", load_instruct, score_instruct,
            paper_n=300),  # fmt: skip
+    # not part of the paper's evaluation: stand-ins for its RL training data (rewards for rl/)
+    Domain("dream", "DREAM dialogues (2,041 questions), multiple choice; RL training stand-in", load_dream,
+           score_choice),  # fmt: skip
+    Domain("qed", "QED (1,355 passages), free-form span answers, approximate match; RL training stand-in", load_qed,
+           score_qed),  # fmt: skip
 )
+PAPER_DOMAINS = ("math", "physics", "chem", "biomed", "long_context", "instruct")
 
 
 def register_domain(domain: Domain, *, replace: bool = False) -> Domain:
