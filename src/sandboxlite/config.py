@@ -7,6 +7,7 @@ config read from JSON or a command line fails early and clearly.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import posixpath
 from collections.abc import Mapping
@@ -22,6 +23,10 @@ CGROUP_MODES = ("auto", "off", "required")
 RESERVED_PATHS = ("/", "/proc", "/dev", "/sys")
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Longer timeouts (infinity included) count as this many seconds (about 11.5 days): poll(2)
+# takes milliseconds in an int.
+MAX_TIMEOUT_S = 1_000_000.0
 
 
 def _check_abs(name: str, path: str) -> str:
@@ -68,7 +73,7 @@ def _positive(name: str, value: Any, *, optional: bool, kind: type = int) -> Non
     if value is None and optional:
         return
     ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
-    if not ok or value <= 0:
+    if not ok or math.isnan(value) or value <= 0:
         allowed = "a positive number" if kind is float else "a positive integer"
         raise ConfigError(name, f"must be {allowed}{' or None' if optional else ''}, got {value!r}")
 
@@ -169,6 +174,13 @@ class SandboxConfig:
 
     def replace(self, **changes: Any) -> "SandboxConfig":
         return dataclasses.replace(self, **changes)
+
+
+def check_timeout(value: Any, field_name: str = "timeout") -> float:
+    """A timeout in seconds: a positive number (not NaN); above ``MAX_TIMEOUT_S`` it is that."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value <= 0:
+        raise ConfigError(field_name, f"must be a positive number of seconds, got {value!r}")
+    return min(float(value), MAX_TIMEOUT_S)
 
 
 def check_env_pair(key: Any, value: Any, field_name: str = "env") -> None:

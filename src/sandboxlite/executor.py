@@ -8,6 +8,7 @@ it does and the wire protocol it speaks.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import os
@@ -44,24 +45,29 @@ def _build(source: str, name: str, flag_sets: list[list[str]]) -> Path:
             "no C compiler found to build the sandbox executor (a small C file, built once)",
             hint="apt-get install gcc libc6-dev   (or set CC)",
         )
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
-        c_file = Path(tmp) / source
-        c_file.write_bytes(src)
-        out = Path(tmp) / name
-        errors = []
-        for flags in flag_sets:
-            cmd = [cc, *flags, "-o", str(out), str(c_file)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode == 0:
-                break
-            errors.append(f"$ {' '.join(cmd)}\n{proc.stderr.strip()}")
-        else:
-            raise SetupError(
-                f"could not compile {source}:\n" + "\n".join(errors),
-                hint="apt-get install gcc libc6-dev",
-            )
-        os.chmod(out, 0o755)
-        os.replace(out, target)  # atomic: concurrent builders are fine
+    try:
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
+            c_file = Path(tmp) / source
+            c_file.write_bytes(src)
+            out = Path(tmp) / name
+            errors = []
+            for flags in flag_sets:
+                cmd = [cc, *flags, "-o", str(out), str(c_file)]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode == 0:
+                    break
+                errors.append(f"$ {' '.join(cmd)}\n{proc.stderr.strip()}")
+                if "No space left on device" in proc.stderr:  # the cache's disk, not the compiler
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            else:
+                raise SetupError(
+                    f"could not compile {source}:\n" + "\n".join(errors),
+                    hint="apt-get install gcc libc6-dev",
+                )
+            os.chmod(out, 0o755)
+            os.replace(out, target)  # atomic: concurrent builders are fine
+    except OSError as e:
+        raise paths.cache_error(target.parent, e) from None
     return target
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+from .errors import SetupError
 
 
 ROOT_HOME = Path("/var/cache/sandboxlite")
@@ -27,5 +30,17 @@ def home() -> Path:
 
 
 def ensure_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o755)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o755)
+    except OSError as e:
+        raise cache_error(path, e) from None
     return path
+
+
+def cache_error(path: Path | str, e: OSError) -> SetupError:
+    """A failed write under the cache directory, as an error that says where and what to do."""
+    why = os.strerror(e.errno) if e.errno else str(e)
+    hint = "point SANDBOXLITE_HOME at a writable directory"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "free some space there (df -h), or " + hint + " with room"
+    return SetupError(f"cannot write sandboxlite's cache in {path}: {why}", hint=hint)

@@ -19,6 +19,7 @@ import select
 import signal
 import socket
 import stat
+import struct
 import threading
 import time
 import weakref
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import bwrap, cgroups, executor, rootfs, seccomp
-from .config import SandboxConfig, base_env, check_env_pair
+from .config import SandboxConfig, base_env, check_env_pair, check_timeout
 from .errors import (
     ConfigError,
     RootfsError,
@@ -49,6 +50,10 @@ from .protocol import (
 from .result import TIMEOUT_EXIT_CODE, ExecResult, OutputBuffer, decode_status
 
 START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
+PATH_MAX_BYTES = 4095  # the kernel's PATH_MAX, less its NUL: longer paths never resolve
+# A command's argv, environment and cwd travel in one frame (the executor drops the jail on a
+# frame over 64 MiB); execve(2) refuses far less than this anyway (a few MiB at most).
+MAX_SPAWN_BYTES = 16 << 20
 KILL_GRACE_S = 5.0  # after a kill request, the tree must be gone within this
 _READ = 1 << 16
 # Python ignores SIGPIPE and SIGXFSZ; ignored dispositions survive exec, so reset them for bwrap
@@ -213,6 +218,13 @@ class Sandbox:
         self._cgroup: cgroups.Cgroup | None = None
         self.host_ids = run_as()
         if self.host_ids is not None:
+            why = _unreachable(plan.path, *self.host_ids, write=False) if plan.kind == "dir" else None
+            if why:
+                raise RootfsError(
+                    f"{why}: as root, sandboxes run as the unprivileged host uid {self.host_ids[0]}",
+                    hint=f"give the image to that user (sandboxlite rootfs import, or chown -R {self.host_ids[0]}), "
+                    "or pick the uid with SANDBOXLITE_UID",
+                )
             for m in config.mounts:
                 why = _unreachable(m.src, *self.host_ids, write=m.rw)
                 if why:
@@ -535,7 +547,14 @@ class Sandbox:
         p = os.fspath(path)
         if not isinstance(p, str) or not p or "\0" in p:
             raise ConfigError(field, f"must be a non-empty path without NUL bytes, got {path!r}")
-        return p if p.startswith("/") else os.path.join(self.config.workdir, p)
+        try:
+            size = len(p.encode("utf-8", "surrogateescape"))
+        except UnicodeEncodeError as e:
+            raise ConfigError(field, f"is not valid text ({e.reason} at position {e.start}): {path!r}") from None
+        p = p if p.startswith("/") else os.path.join(self.config.workdir, p)
+        if size > PATH_MAX_BYTES or len(p) > PATH_MAX_BYTES:
+            raise file_error(errno.ENAMETOOLONG, p[:200] + "...", f"path is {size} bytes, over PATH_MAX")
+        return p
 
     def _command_env(self, env: Mapping[str, str] | None) -> list[str]:
         if not env:  # the common case, on every exec: computed once
@@ -569,9 +588,23 @@ class Sandbox:
             flags |= SP_STDIN
             ours.append(in_w)
             theirs.insert(0, in_r)
-        ident = chan.new_id()
         try:
             payload = strings(str(flags), cwd, str(len(argv)), *argv, *payload_env)
+        except ValueError as e:  # a NUL byte, or a lone surrogate that UTF-8 cannot carry
+            for fd in ours + theirs:
+                os.close(fd)
+            raise ConfigError("cmd", f"every argument must be text without NUL bytes: {e}") from None
+        if len(payload) > MAX_SPAWN_BYTES:
+            for fd in ours + theirs:
+                os.close(fd)
+            raise ConfigError(
+                "cmd",
+                f"the command line, environment and cwd take {len(payload)} bytes, more than a command "
+                f"can be given ({MAX_SPAWN_BYTES} here; execve(2) itself allows a few MiB)",
+                hint="pass big data through stdin or a file (write_file)",
+            )
+        ident = chan.new_id()
+        try:
             chan.send("S", ident, payload, theirs)
         except BaseException:
             for fd in ours:
@@ -601,11 +634,11 @@ class Sandbox:
         output so far is returned with ``timed_out=True`` and exit code 124.
         """
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        if timeout is None:
-            timeout = self.config.limits.timeout_s
-        elif not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ConfigError("timeout", f"must be a positive number of seconds, got {timeout!r}")
-        data = stdin.encode() if isinstance(stdin, str) else stdin
+        timeout = check_timeout(self.config.limits.timeout_s if timeout is None else timeout)
+        try:
+            data = stdin.encode("utf-8", "surrogateescape") if isinstance(stdin, str) else stdin
+        except UnicodeEncodeError as e:
+            raise ConfigError("stdin", f"is not valid text: {e.reason} at position {e.start}") from None
         with self._lock:
             start = time.monotonic()
             proc = self._spawn(argv, cwd=cwd, env=env, stdin_pipe=data is not None)
@@ -774,7 +807,10 @@ class Sandbox:
             chunks = []
             total = 0
             while True:
-                chunk = os.read(fd, 1 << 20)
+                try:
+                    chunk = os.read(fd, 1 << 20)
+                except OSError as e:  # EIO from a special file, ...
+                    raise file_error(e.errno or errno.EIO, p) from None
                 if not chunk:
                     break
                 total += len(chunk)
@@ -807,7 +843,10 @@ class Sandbox:
                     raise file_error(e.errno or errno.EIO, p) from None
                 view = view[n:]
             if mode & 0o7000 == 0:
-                os.fchmod(fd, mode & 0o777)  # O_CREAT honours mode only for new files
+                try:
+                    os.fchmod(fd, mode & 0o777)  # O_CREAT honours mode only for new files
+                except OSError as e:
+                    raise file_error(e.errno or errno.EPERM, p) from None
         finally:
             os.close(fd)
 
@@ -859,8 +898,9 @@ class Sandbox:
         """Copy a file or directory tree out of the sandbox to ``host_path``.
 
         Symlinks are never followed: a link inside the tree is recreated only
-        when it is relative, stays inside the tree and ``symlinks`` is true;
-        any other link is left out.  With ``max_bytes``, files that would take
+        when it is relative, stays inside the tree (only leading ".." allowed)
+        and ``symlinks`` is true; any other link is left out, and so are
+        directories nested over 128 deep.  With ``max_bytes``, files that would take
         the total over it are left out.  Returns the sandbox paths that were
         left out (links, fifos, sockets, devices, files over the cap), so
         nothing is lost silently.
@@ -877,7 +917,7 @@ class Sandbox:
                 if budget[0] >= 0 and st.st_size > budget[0]:
                     skipped.append(p)
                 else:
-                    _copy_fd_to_host(fd, dst, st.st_mode)
+                    _copy_fd_to_host(fd, dst, st.st_mode, p)
             elif stat.S_ISDIR(st.st_mode):
                 _copy_dir_to_host(fd, dst, p, "", skipped, symlinks, budget)
             else:
@@ -900,12 +940,15 @@ def _host_open_for_write(dst: Path, mode: int) -> int:
     return os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o777 or 0o644)
 
 
-def _copy_fd_to_host(fd: int, dst: Path, mode: int) -> None:
+def _copy_fd_to_host(fd: int, dst: Path, mode: int, sandbox_path: str) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     out = _host_open_for_write(dst, mode)
     try:
         while True:
-            chunk = os.read(fd, 1 << 20)
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except OSError as e:  # the sandbox's side (errors writing on the host stay OSError)
+                raise file_error(e.errno or errno.EIO, sandbox_path) from None
             if not chunk:
                 break
             view = memoryview(chunk)
@@ -916,24 +959,58 @@ def _copy_fd_to_host(fd: int, dst: Path, mode: int) -> None:
 
 
 def _inside(rel_dir: str, target: str) -> bool:
-    """Is a relative symlink target, seen from rel_dir, still inside the tree?"""
+    """Is a relative symlink target, seen from rel_dir, still inside the tree?
+
+    Only a leading run of ".." is allowed (at most as deep as the link): a ".." after
+    a name may climb out of a link (``l -> .`` makes ``l/..`` the tree's parent).
+    """
     if target.startswith("/"):
         return False
     depth = 0 if not rel_dir else rel_dir.count("/") + 1
+    named = False
     for part in target.split("/"):
         if part == "..":
             depth -= 1
-            if depth < 0:
+            if depth < 0 or named:
                 return False
         elif part not in ("", "."):
-            depth += 1
+            named = True
     return True
+
+
+MAX_DOWNLOAD_DEPTH = 128  # deeper directories are left out (and reported), not recursed into
+# Kernel filesystems a download never walks into (a link to "/" makes the jail's /proc part of
+# the tree; we are the host, maybe root: /proc/kmsg would be read, and block).
+_KERNEL_FS = (0x9FA0, 0x62656572)  # PROC_SUPER_MAGIC, SYSFS_MAGIC
+
+
+@functools.lru_cache(maxsize=1)
+def _fstatfs():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return ctypes, libc.fstatfs
+
+
+def _kernel_fs(fd: int) -> bool:
+    """Is ``fd`` on procfs or sysfs (or of a kind we cannot tell)?"""
+    ctypes, fstatfs = _fstatfs()
+    buf = ctypes.create_string_buffer(256)  # struct statfs; f_type (a long) comes first
+    if fstatfs(fd, buf) != 0:
+        return True
+    return struct.unpack_from("l", buf)[0] in _KERNEL_FS
 
 
 def _copy_dir_to_host(
     dfd: int, dst: Path, sandbox_path: str, rel: str, skipped: list[str], symlinks: bool, budget: list[int]
 ) -> None:
-    if dst.is_symlink():
+    if (rel and rel.count("/") + 1 > MAX_DOWNLOAD_DEPTH) or _kernel_fs(dfd):
+        skipped.append(sandbox_path)
+        return
+    # The sandbox may change its tree while we walk it (a name can even be listed twice, as a
+    # file and as a directory): every step that looks at it again may find something else,
+    # and what changed is left out (reported), never followed.
+    if dst.is_symlink() or (dst.exists() and not dst.is_dir()):
         dst.unlink()
     dst.mkdir(parents=True, exist_ok=True)
     for entry in os.scandir(dfd):
@@ -943,9 +1020,19 @@ def _copy_dir_to_host(
             st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
         except FileNotFoundError:
             continue
+        except OSError:
+            skipped.append(spath)
+            continue
         target_path = dst / name
+        if not stat.S_ISDIR(st.st_mode) and target_path.is_dir() and not target_path.is_symlink():
+            skipped.append(spath)  # the same name was a directory a moment ago
+            continue
         if stat.S_ISLNK(st.st_mode):
-            link = os.readlink(name, dir_fd=dfd)
+            try:
+                link = os.readlink(name, dir_fd=dfd)
+            except OSError:  # swapped for something else under us
+                skipped.append(spath)
+                continue
             if symlinks and _inside(rel, link):
                 if target_path.is_symlink() or target_path.is_file():
                     target_path.unlink()
@@ -966,7 +1053,7 @@ def _copy_dir_to_host(
                 if budget[0] >= 0:
                     budget[0] -= fst.st_size
                 os.set_blocking(fd, True)
-                _copy_fd_to_host(fd, target_path, st.st_mode)
+                _copy_fd_to_host(fd, target_path, st.st_mode, spath)
             finally:
                 os.close(fd)
         elif stat.S_ISDIR(st.st_mode):

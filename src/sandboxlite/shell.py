@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from .config import check_timeout
 from .errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError
 from .result import TIMEOUT_EXIT_CODE, ExecResult, OutputBuffer, decode_status
 
@@ -166,6 +167,14 @@ class Shell:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        # dropped without close(): give back our ends of its pipes (the sandbox only holds
+        # shells weakly), and bash, reading end of file, exits
+        try:
+            self._close_fds()
+        except Exception:
+            pass
+
     @property
     def cwd(self) -> str:
         """The session's working directory after the last command."""
@@ -178,10 +187,11 @@ class Shell:
             raise ConfigError("command", f"must be a string, got {type(command).__name__}")
         if "\0" in command:
             raise ConfigError("command", "must not contain NUL bytes")
-        if timeout is None:
-            timeout = self._sb.config.limits.timeout_s
-        elif not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ConfigError("timeout", f"must be a positive number of seconds, got {timeout!r}")
+        try:
+            payload = command.encode("utf-8", "surrogateescape") + b"\0"
+        except UnicodeEncodeError as e:
+            raise ConfigError("command", f"is not valid text: {e.reason} at position {e.start}") from None
+        timeout = check_timeout(self._sb.config.limits.timeout_s if timeout is None else timeout)
         with self._sb._lock:
             if self._sb.closed:
                 raise SandboxClosed()
@@ -190,7 +200,7 @@ class Shell:
             if self._proc is None:
                 raise SandboxClosed("this shell is closed", hint="open a new one with sandbox.shell()")
             try:
-                result = self._run(command.encode("utf-8", "surrogateescape") + b"\0", timeout)
+                result = self._run(payload, timeout)
             except BaseException:
                 # interrupted mid-command (Ctrl-C): bash's output is out of step with us now;
                 # end this session and start a fresh one in the same directory

@@ -45,6 +45,7 @@
 #include <string.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
+#include <linux/magic.h>
 #include <linux/openat2.h>
 #include <linux/seccomp.h>
 #include <sched.h>
@@ -56,6 +57,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -357,6 +359,11 @@ static void supervise(pid_t cmd) {
  * namespace (its tmpfs go with it), build a new one: no new jail needed. */
 
 static int gen_mnt = -1, gen_root = -1;
+/* The jail's whole root and its /proc.  The executor itself lives chrooted in /proc: a mount
+ * table (/proc/PID/mountinfo, readable by any process) lists the mounts under its task's root,
+ * and bwrap's mounts name host paths (the image, the host's /etc copy, the caller's mounts).
+ * PID 1, and each supervisor until it joins the generation, show none of them. */
+static int root_fd = -1, proc_fd = -1;
 static struct sock_fprog filter;
 static void make_standby(void);
 static void drop_standby(void);
@@ -401,6 +408,7 @@ static void bind_at(const char *src, const char *dst) {
 /* G: build the generation's mount namespace, pivot into it, report, wait. */
 static void gen_child(int ready_w, int hold_r) {
   char root[] = "/.sl/gen/r", path[PATH_MAX];
+  if (fchdir(root_fd) < 0 || chroot(".") < 0) gen_fail("back to the jail's root", NULL);
   if (unshare(CLONE_NEWNS) < 0) gen_fail("unshare", NULL);
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) gen_fail("make private", "/");
   tmpfs_at("/.sl/gen", lower ? sz_upper : (1 << 20), 0755);
@@ -489,10 +497,10 @@ static int new_generation(void) {
   close(ready[0]);
   int mnt = -1, rootfd = -1, err = EIO;
   if (n == 1) {
-    snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)g);
-    mnt = open(path, O_RDONLY | O_CLOEXEC);
-    snprintf(path, sizeof path, "/proc/%d/root", (int)g);
-    rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    snprintf(path, sizeof path, "%d/ns/mnt", (int)g);
+    mnt = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof path, "%d/root", (int)g);
+    rootfd = openat(proc_fd, path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (mnt < 0 || rootfd < 0) err = errno;
   }
   close(hold[1]); /* G exits (reaped with the other orphans); the namespace lives on through our descriptors */
@@ -840,6 +848,14 @@ static void do_open(uint32_t id, char *payload, size_t plen) {
     send_errno(id, errno);
     return;
   }
+  /* the file API acts as PID 1, and /proc/self (or /proc/1) here is the executor itself:
+   * its memory, maps and descriptors are not the sandbox's files */
+  struct statfs sfs;
+  if (fstatfs(fd, &sfs) < 0 || sfs.f_type == PROC_SUPER_MAGIC) {
+    close(fd);
+    send_errno(id, EACCES);
+    return;
+  }
   struct stat st;
   if (fstat(fd, &st) < 0) {
     int err = errno;
@@ -996,7 +1012,7 @@ static int handle_request(void) {
       break;
     case 'L': {
       char buf[32] = "0";
-      int fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
+      int fd = openat(proc_fd, "sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
       if (fd >= 0) {
         ssize_t r = read(fd, buf, sizeof buf - 1);
         buf[r > 0 ? r : 0] = 0;
@@ -1120,6 +1136,9 @@ int main(int argc, char **argv) {
   pfds[0].events = POLLIN;
   pfds[1].fd = sfd;
   pfds[1].events = POLLIN;
+  root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0 || proc_fd < 0 || chroot("/proc") < 0 || chdir("/") < 0) die("moving into /proc");
   if (new_generation() < 0) die("setting up the sandbox's filesystem");
   send_str('H', 0, "sandboxlite-executor 2");
   make_standby(); /* confines itself while the host reads the hello */

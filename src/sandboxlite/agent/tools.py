@@ -615,6 +615,10 @@ def _check_path(path: str) -> None:
         raise ToolError(f"path must be absolute, e.g. /testbed/..., got {path!r}")
     if "\0" in path:
         raise ToolError("path contains a NUL character; remove it")
+    try:
+        path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:
+        raise ToolError(f"path is not valid text (a lone surrogate at position {e.start}); remove it") from None
 
 
 def _occurrences(text: str, needle: str) -> list[int]:

@@ -120,13 +120,25 @@ def resolve(spec: str) -> RootfsPlan:
                 f"no rootfs image named {spec!r} in {images_dir()}",
                 hint=f"build it: sandboxlite rootfs build {spec}   (or import one: sandboxlite rootfs import FILE)",
             )
-        if not (root.parent / "manifest.json").is_file():
+        manifest = root.parent / "manifest.json"
+        if not manifest.is_file():
             raise RootfsError(
                 f"rootfs image {spec!r} is incomplete (no manifest.json)",
                 hint=f"sandboxlite rootfs rm {spec} && sandboxlite rootfs build {spec}",
             )
+        st = manifest.stat()
+        _check_manifest(str(root.parent), st.st_mtime_ns, st.st_size)
         return dir_plan(str(root), name=spec)
     return dir_plan(spec)
+
+
+@functools.lru_cache(maxsize=32)
+def _check_manifest(image: str, _mtime_ns: int, _size: int) -> None:
+    """A manifest that does not parse marks a damaged image (checked again when it changes)."""
+    from .manifest import read_manifest
+
+    if not isinstance(read_manifest(Path(image)), dict):
+        raise RootfsError(f"{image}/manifest.json is corrupt: not a JSON object", hint="sandboxlite rootfs rm NAME")
 
 
 def _top_level(root: str, skip: frozenset[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -166,7 +178,10 @@ def _dir_plan(root: str, name: str | None, _ino: int, _mtime_ns: int) -> RootfsP
             f"{root} does not look like a root filesystem (no usr/bin/sh)",
             hint="point rootfs at the top of a Debian/Ubuntu tree (for example one made by mmdebstrap)",
         )
-    binds, links = _top_level(root, JAIL_OWNED)
+    try:
+        binds, links = _top_level(root, JAIL_OWNED)
+    except OSError as e:
+        raise RootfsError(f"cannot read the rootfs {root}: {e.strerror}", hint="check its permissions") from None
     return RootfsPlan(name=name or root, kind="dir", path=root, binds=tuple(binds), symlinks=tuple(links))
 
 
@@ -207,7 +222,10 @@ def host_etc() -> Path:
     target = base / _etc_signature()
     if target.is_dir():
         return target
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
+    except OSError as e:
+        raise paths.cache_error(base, e) from None
     try:
         for name in HOST_ETC:
             src = Path("/etc") / name
@@ -231,6 +249,9 @@ def host_etc() -> Path:
             os.rename(tmp, target)
         except OSError:  # another process won the race
             shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise paths.cache_error(base, e) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
