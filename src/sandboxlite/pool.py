@@ -106,6 +106,22 @@ class SandboxPool:
                 self._cond.notify()
                 self._wake_async()
 
+    @property
+    def in_use(self) -> int:
+        """How many sandboxes are acquired and not yet released."""
+        with self._cond:
+            return len(self._busy)
+
+    @property
+    def idle(self) -> int:
+        """How many sandboxes are ready to be acquired."""
+        with self._cond:
+            return len(self._idle)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     @contextmanager
     def sandbox(self, timeout: float | None = None) -> Iterator[Sandbox]:
         sb = self.acquire(timeout)

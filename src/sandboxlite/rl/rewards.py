@@ -1,0 +1,76 @@
+"""Reward functions for ``SandboxEnv``: ``reward_fn(task, answer, info) -> float``.
+
+``answer`` is the text of /testbed/output/answer.txt when the episode ends (None when there is
+no such file); ``info`` holds ``exit_reason``, ``steps``, ``usage``, ``messages`` and the live
+``sandbox`` (still acquired: a reward function may run checks in it, e.g. a test suite).
+
+The default, :func:`exact_match`, compares the answer with ``task.metadata["answer"]`` after
+normalisation (whitespace, case, a trailing period, surrounding ``$``/``\\boxed{}``, thousands
+separators; numbers compare by value), and gives 0 when the task has no reference answer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Protocol
+
+__all__ = ["RewardFn", "exact_match", "normalize_answer", "zero_reward"]
+
+
+class RewardFn(Protocol):
+    def __call__(self, task: Any, answer: str | None, info: dict) -> float: ...
+
+
+_BOXED = re.compile(r"^\\boxed\{(.*)\}$", re.S)
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
+
+
+def normalize_answer(text: str) -> str:
+    """The comparable form of an answer: stripped, casefolded, single spaces, no wrapping."""
+    s = text.strip()
+    for _ in range(3):  # peel $...$, \boxed{...}, a trailing period, in any nesting
+        before = s
+        if len(s) >= 2 and s[0] == s[-1] == "$":
+            s = s[1:-1].strip()
+        m = _BOXED.match(s)
+        if m:
+            s = m.group(1).strip()
+        if s.endswith(".") and not s.endswith(".."):
+            s = s[:-1].rstrip()
+        if s == before:
+            break
+    if _THOUSANDS.match(s):
+        s = s.replace(",", "")
+    return " ".join(s.casefold().split())
+
+
+def _number(s: str) -> float | None:
+    try:
+        x = float(s)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def exact_match(task: Any, answer: str | None, info: dict | None = None) -> float:
+    """1.0 when ``answer`` matches ``task.metadata["answer"]`` (normalised, or equal as numbers),
+    else 0.0; 0.0 when the task has no reference answer or there is no answer."""
+    metadata = getattr(task, "metadata", None) or {}
+    if answer is None or "answer" not in metadata or metadata["answer"] is None:
+        return 0.0
+    expected = metadata["answer"]
+    refs = expected if isinstance(expected, list) else [expected]
+    got = normalize_answer(answer)
+    for ref in refs:
+        want = normalize_answer(str(ref))
+        if got == want:
+            return 1.0
+        a, b = _number(got), _number(want)
+        if a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
+            return 1.0
+    return 0.0
+
+
+def zero_reward(task: Any, answer: str | None, info: dict | None = None) -> float:
+    return 0.0
