@@ -298,3 +298,27 @@ def test_ctrl_c_in_run_groups_releases_every_sandbox():
         finally:
             timer.cancel()
         assert pool.in_use == 0 and pool.idle == 2
+
+
+def test_eval_scorers_as_rewards() -> None:
+    """Tasks from an eval domain, rewarded by that domain's scorer (math-verify here)."""
+    import os
+    from pathlib import Path
+
+    from sandboxlite.agent.scripted import ScriptedModel
+    from sandboxlite.rl import domain_reward, domain_tasks, run_groups
+
+    data = Path(os.environ.get("SANDBOXLITE_EVAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "eval-data"))
+    tasks = domain_tasks("math", data, limit=2, max_steps=6)
+    gold = {t.query: t.metadata["reference"]["answer"] for t in tasks}
+
+    def policy_factory(task, sample, seed):  # half of each group right: \\frac-free boxed integer vs. wrong
+        answer = f"\\boxed{{{gold[task.query]}}}" if sample % 2 == 0 else "\\boxed{-1}"
+        return ScriptedModel(answer)
+
+    groups = run_groups(policy_factory=policy_factory, tasks=tasks, group_size=2, env_options={"reward_fn": domain_reward()},
+                        config=None)  # fmt: skip
+    for g in groups:
+        assert [t.error for t in g.trajectories] == [None, None]
+        assert [t.task_reward for t in g.trajectories] == [1.0, 0.0]
+        assert g.advantages[0] > 0 > g.advantages[1]

@@ -34,7 +34,8 @@ class EvalItem:
                 prompt: str | None = None) -> Task:  # fmt: skip
         return Task(id=f"{self.domain}-{self.id}", query=self.query, input_files=dict(self.files),
                     input_path=self.input_path, rootfs=rootfs, max_steps=max_steps, timeout_s=timeout_s,
-                    prompt=prompt, metadata={"domain": self.domain, "item": self.id, **self.metadata})  # fmt: skip
+                    prompt=prompt, metadata={"domain": self.domain, "item": self.id, "reference": self.reference,
+                                                **self.metadata})  # fmt: skip
 
 
 Loader = Callable[[Path], list[EvalItem]]

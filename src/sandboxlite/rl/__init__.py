@@ -17,7 +17,7 @@ from .actions import extract_tokens, to_assistant_message
 from .adapters.rllm import RllmSandboxEnv
 from .check import RULES, EnvCheckError, check_env
 from .env import ENV_ID, ResetNeeded, SandboxEnv, register
-from .rewards import exact_match, normalize_answer, zero_reward
+from .rewards import domain_reward, domain_tasks, exact_match, normalize_answer, zero_reward
 from .rollouts import Group, Trajectory, Turn, arollout, arun_groups, group_advantages, rollout, run_groups
 from .spaces import AssistantActionSpace, MessagesSpace
 
@@ -40,6 +40,8 @@ __all__ = [
     "Group",
     "group_advantages",
     "exact_match",
+    "domain_reward",
+    "domain_tasks",
     "normalize_answer",
     "zero_reward",
     "to_assistant_message",

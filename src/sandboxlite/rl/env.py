@@ -54,7 +54,7 @@ from typing import Any
 
 from ..agent.loop import Agent, AgentLimits
 from ..agent.model import AssistantMessage
-from ..agent.prompts import ANSWER_FILE, INPUT_DIR, OUTPUT_DIR, PromptTemplate
+from ..agent.prompts import ANSWER_FILE, OUTPUT_DIR, PromptTemplate
 from ..agent.run import MAX_ANSWER_BYTES, _inputs
 from ..agent.task import Task
 from ..agent.tools import Tools, tool_schemas
@@ -313,14 +313,15 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         sb = self._sb
         assert sb is not None
         try:
-            system, instance = self._template(task.prompt).render(task.query, _inputs(task))
+            where = task.input_path
+            system, instance = self._template(task.prompt).render(task.query, _inputs(task), input_dir=where)
             sb.mkdir(OUTPUT_DIR)
             if not task.input_files:
-                sb.mkdir(INPUT_DIR)  # else writing the first file makes it (one request less)
+                sb.mkdir(where)  # else writing the first file makes it (one request less)
             for name, text in task.input_files.items():
-                sb.write_file(f"{INPUT_DIR}/{name}", text, parents=True)
+                sb.write_file(f"{where}/{name}", text, parents=True)
             if task.input_dir:
-                sb.upload(task.input_dir, INPUT_DIR)
+                sb.upload(task.input_dir, where)
         except BaseException:
             self._release()
             raise

@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any, Protocol
 
-__all__ = ["RewardFn", "exact_match", "normalize_answer", "zero_reward"]
+__all__ = ["RewardFn", "domain_reward", "domain_tasks", "exact_match", "normalize_answer", "zero_reward"]
 
 
 class RewardFn(Protocol):
@@ -74,3 +74,38 @@ def exact_match(task: Any, answer: str | None, info: dict | None = None) -> floa
 
 def zero_reward(task: Any, answer: str | None, info: dict | None = None) -> float:
     return 0.0
+
+
+def domain_tasks(domain: str, data_dir: Any, *, limit: int | None = None, seed: int = 0, ids: list[str] | None = None,
+                 **task_options: Any) -> list:  # fmt: skip
+    """The items of an eval domain (``math``, ``qed``, ``dream``, ...) as ``Task`` objects whose
+    metadata carries what :func:`domain_reward` needs; a seeded sample spread over the strata."""
+    from pathlib import Path
+
+    from ..eval.domains import get_domain
+    from ..eval.runner import select
+
+    d = get_domain(domain)
+    items = select(d.load(Path(data_dir)), limit=limit, ids=ids, seed=seed, domain=d.name)
+    return [item.to_task(**task_options) for item in items]
+
+
+def domain_reward(domain: str | None = None, *, judge: Any = None) -> RewardFn:
+    """A reward function that scores the answer with an eval domain's scorer (``Score.value``).
+
+    The task must come from :func:`domain_tasks` (or carry ``metadata["domain"]`` and
+    ``metadata["reference"]``); ``domain`` overrides the task's own.  No answer file scores 0.
+    """
+    from ..eval.domains import get_domain
+    from ..eval.items import EvalItem
+
+    def reward(task: Any, answer: str | None, info: dict) -> float:
+        meta = task.metadata or {}
+        name = domain or meta.get("domain")
+        if name is None or "reference" not in meta:
+            raise ValueError(f"task {task.id} has no eval reference (make it with domain_tasks())")
+        d = get_domain(name)
+        item = EvalItem(str(meta.get("item", task.id)), d.name, task.query, meta["reference"])
+        return d.score(item, answer or "", judge).value
+
+    return reward
