@@ -312,7 +312,7 @@ def test_eval_scorers_as_rewards() -> None:
     tasks = domain_tasks("math", data, limit=2, max_steps=6)
     gold = {t.query: t.metadata["reference"]["answer"] for t in tasks}
 
-    def policy_factory(task, sample, seed):  # half of each group right: \\frac-free boxed integer vs. wrong
+    def policy_factory(task, sample, seed):  # even samples answer right, odd ones wrong
         answer = f"\\boxed{{{gold[task.query]}}}" if sample % 2 == 0 else "\\boxed{-1}"
         return ScriptedModel(answer)
 
