@@ -9,6 +9,8 @@
   ``rollout`` / ``arollout`` for one episode.
 - ``rewards``: reward functions (``exact_match``, the default).
 - ``adapters.rllm.RllmSandboxEnv``: rllm's multi-turn ``BaseEnv`` interface (duck-typed).
+- ``cluster.RayRollouts``: the same groups spread over a Ray cluster (one pool actor per node,
+  episodes of a lost actor retried elsewhere; the ``[ray]`` extra).
 
 gymnasium is optional: without it everything works the same, ``SandboxEnv`` is then a plain class.
 """

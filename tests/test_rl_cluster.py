@@ -1,0 +1,110 @@
+"""Rollouts on a local Ray cluster (real actors, real sandboxes), including an actor killed mid-run."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from sandboxlite.agent.scripted import ScriptedModel
+from sandboxlite.rl.cluster import RayRollouts, ensure_image
+from sandboxlite.rootfs import manage
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+def _tasks(n: int) -> list[dict]:
+    return [{"id": f"add{i}", "query": f"What is {i} + {i}?", "metadata": {"answer": str(2 * i)}, "max_steps": 8}
+            for i in range(n)]  # fmt: skip
+
+
+def _factory(task, sample, seed):
+    """Even samples answer right; every episode sleeps a little so episodes overlap."""
+    i = int(task.id[3:])
+
+    class Slow(ScriptedModel):
+        def complete(self, messages, tools):
+            time.sleep(0.05)
+            return super().complete(messages, tools)
+
+    return Slow(str(2 * i) if sample % 2 == 0 else "wrong", steps=4)
+
+
+def test_groups_over_actors_match_the_in_process_shape(local_ray) -> None:
+    with RayRollouts(rootfs="lean", sandboxes_per_actor=4, actors_per_node=2) as cluster:
+        groups = cluster.run_groups(policy_factory=_factory, tasks=_tasks(3), group_size=4)
+        info = cluster.info()
+    assert len(groups) == 3 and cluster.stats.episodes == 12 and cluster.stats.retried == 0
+    for g in groups:
+        assert [t.error for t in g.trajectories] == [None] * 4
+        assert [t.task_reward for t in g.trajectories] == [1.0, 0.0, 1.0, 0.0]
+        assert g.advantages[0] > 0 > g.advantages[1]
+        assert {t.attempts for t in g.trajectories} == {1}
+    assert sum(i["episodes"] for i in info.values()) == 12
+    assert all(i["episodes"] > 0 for i in info.values())  # both actors got work
+
+
+def test_killed_actor_episodes_are_retried_once_each(local_ray) -> None:
+    cluster = RayRollouts(rootfs="lean", sandboxes_per_actor=3, actors_per_node=2)
+    victim_name, victim = next(iter(cluster.actors.items()))
+    victim_pid = cluster.actor_info[victim_name]["pid"]
+    import threading
+
+    def kill_soon() -> None:
+        time.sleep(0.4)  # episodes are in flight on both actors by now
+        local_ray.kill(victim, no_restart=True)
+
+    killer = threading.Thread(target=kill_soon)
+    killer.start()
+    try:
+        groups = cluster.run_groups(policy_factory=_factory, tasks=_tasks(6), group_size=4)
+    finally:
+        killer.join()
+        cluster.close()
+    trajs = [t for g in groups for t in g.trajectories]
+    assert len(trajs) == 24 and all(t.error is None for t in trajs), [t.error for t in trajs if t.error]
+    assert cluster.stats.actors_lost == [victim_name] and cluster.stats.retried > 0
+    assert cluster.stats.episodes == 24  # each episode counted once
+    assert sum(1 for t in trajs if t.attempts == 2) == cluster.stats.retried
+    assert all(t.pid != victim_pid for t in trajs if t.attempts == 2)  # retried elsewhere
+    assert [t.task_reward for t in groups[0].trajectories] == [1.0, 0.0, 1.0, 0.0]
+    # the killed actor's sandboxes died with it
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        orphans = [p for p in psutil.process_iter(["ppid", "name"]) if p.info["ppid"] == victim_pid]
+        if not psutil.pid_exists(victim_pid) and not orphans:
+            break
+        time.sleep(0.1)
+    assert not psutil.pid_exists(victim_pid)
+
+
+def test_ship_image_imports_only_when_missing(tmp_path) -> None:
+    lean = next(i for i in manage.list_images() if i.name == "lean")
+    digest = lean.manifest["digest"]
+    assert ensure_image("lean", digest, None) is False  # present: nothing to do, nothing shipped
+    data = manage.export("lean", tmp_path / "lean.tar.zst").read_bytes()
+    try:
+        assert ensure_image("lean-shipped", digest, data) is True
+        assert ensure_image("lean-shipped", digest, None) is False
+        assert manage.verify("lean-shipped").ok
+    finally:
+        manage.remove("lean-shipped")
+    from sandboxlite.errors import SetupError
+
+    with pytest.raises(SetupError, match="was not shipped"):
+        ensure_image("lean-missing", digest, None)
+
+
+def test_ship_image_through_the_object_store(local_ray) -> None:
+    with RayRollouts(rootfs="lean", sandboxes_per_actor=1, ship_image=True) as cluster:
+        groups = cluster.run_groups(policy_factory=_factory, tasks=_tasks(1), group_size=2)
+        assert [i["imported"] for i in cluster.actor_info.values()] == [False]  # same node: already there
+    assert [t.task_reward for t in groups[0].trajectories] == [1.0, 0.0]
