@@ -21,7 +21,7 @@
   submit); the pool's start-up is timed apart.  ``turn_env`` is the per-turn env time seen by
   the rollout (thread hops included).
 
-Prints a table and writes JSON (schema ``sandboxlite.bench.rl/1``) to bench/results/rl-latest.json
+Prints a table and writes JSON (schema ``sandboxlite.bench.rl/1``) to bench/results/latest-rl.json
 (``--json PATH`` to write elsewhere).  Exit code 1 when an episode failed; a missed target is
 printed and recorded, not an error.
 """
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small numbers, a few seconds")
     ap.add_argument("--rootfs", default="host")
-    ap.add_argument("--json", default=None, help="default bench/results/rl-latest.json")
+    ap.add_argument("--json", default=None, help="default bench/results/latest-rl.json")
     args = ap.parse_args(argv)
     q = args.quick
     n_acq, n_reset, episodes, steps = (100, 30, 5, 10) if q else (2000, 300, 40, 20)
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if conc["episodes"] < TARGET_CONCURRENT:
         print(f"(the full run does {TARGET_CONCURRENT}: the issue's target)")
 
-    out = Path(args.json) if args.json else ROOT / "bench" / "results" / "rl-latest.json"
+    out = Path(args.json) if args.json else ROOT / "bench" / "results" / "latest-rl.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "schema": SCHEMA,

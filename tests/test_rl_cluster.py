@@ -108,3 +108,20 @@ def test_ship_image_through_the_object_store(local_ray) -> None:
         groups = cluster.run_groups(policy_factory=_factory, tasks=_tasks(1), group_size=2)
         assert [i["imported"] for i in cluster.actor_info.values()] == [False]  # same node: already there
     assert [t.task_reward for t in groups[0].trajectories] == [1.0, 0.0]
+
+
+def test_ray_overhead_bench_quick(tmp_path) -> None:
+    """bench/rl_ray.py --quick runs (its own Ray instance) and writes its JSON."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "rl-ray.json"
+    script = Path(__file__).resolve().parents[1] / "bench" / "rl_ray.py"
+    r = subprocess.run([sys.executable, str(script), "--quick", "--json", str(out)], capture_output=True, text=True,
+                       timeout=240)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "sandboxlite.bench.rl_ray/1"
+    assert len(doc["per_episode_ms"]["ray"]["samples"]) == 2 and doc["per_episode_ms"]["in_process"]["p50"] > 0
