@@ -132,3 +132,26 @@ def test_long_context_with_a_judge_is_not_approximate(tmp_path: Path) -> None:
     for r in read_results(cfg.out_dir / "results.jsonl").values():
         assert r["details"]["judge"]["raw"].endswith("VERDICT: " + ("CORRECT" if r["score"] == 1.0 else "INCORRECT"))
         assert "rule_based" in r["metrics"]
+
+
+def test_physics_judge_verdict_is_stored_beside_the_rule_based_score(tmp_path: Path) -> None:
+    from sandboxlite.eval.scoring.judge import LLMJudge
+
+    class AlwaysIncorrect:
+        name = "judge"
+
+        def complete(self, messages, tools):
+            from sandboxlite.agent.model import AssistantMessage
+
+            return AssistantMessage(content="VERDICT: INCORRECT", tool_calls=[])
+
+    items = select(get_domain("physics").load(DATA), limit=2, ids=None, seed=0, domain="physics")
+    by_query = {i.query: gold_response(i) for i in items}
+    cfg = EvalConfig(domains=["physics"], data_dir=DATA, out_dir=tmp_path / "out", modes=["vanilla"], limit=2,
+                     workers=1)  # fmt: skip
+    oracle = ScriptedModel(lambda m: next(a for q, a in by_query.items() if q in m[1]["content"]))
+    result = run_eval(cfg, oracle, judge=LLMJudge(AlwaysIncorrect()), model_name="m")
+    cell = result.summary["domains"]["physics"]["vanilla"]
+    assert cell["mean"] == 1.0 and cell["metrics"]["judge"] == 0.0  # the rule-based score stays primary
+    for r in read_results(cfg.out_dir / "results.jsonl").values():
+        assert r["details"]["judge"]["correct"] is False
