@@ -60,17 +60,20 @@ class TrajectoryWriter:
         self.data: dict[str, Any] = {**header, "steps": [], "messages": [], "exit_reason": None}
         self.flush()
 
-    def update(self, agent: Agent | None = None, **fields: Any) -> None:
+    def update(self, agent: Agent | None = None, *, final: bool = False, **fields: Any) -> None:
+        """Record the agent's state and ``fields``; ``final`` writes the file indented (the last write).
+        Writes during the run are compact: the C encoder is about ten times faster than the indenting
+        one, which matters when the file is rewritten after every step of a long run."""
         if agent is not None:
             self.data["messages"] = agent.messages
-            self.data["steps"] = [asdict(s) for s in agent.steps]
+            self.data["steps"] = [dict(vars(s)) for s in agent.steps]  # shallow: asdict's deep copy cost ms per step
             self.data["usage"] = dict(agent.usage)
         self.data.update(fields)
-        self.flush()
+        self.flush(pretty=final)
 
-    def flush(self) -> None:
+    def flush(self, *, pretty: bool = False) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, ensure_ascii=False, default=str))
+        tmp.write_text(json.dumps(self.data, indent=1 if pretty else None, ensure_ascii=False, default=str))
         os.replace(tmp, self.path)
 
 
@@ -164,7 +167,7 @@ def _run_in(sb: Sandbox, task: Task, model: Any, system: str, instance: str, lim
             tools.close()
             if answer is not None:
                 (out / "answer.txt").write_text(answer)
-            writer.update(agent, skipped_outputs=skipped, answer=answer)
+            writer.update(agent, skipped_outputs=skipped, answer=answer, final=True)
     last = next((m.get("content") for m in reversed(agent.messages) if m.get("role") == "assistant"
                  and m.get("content")), None)  # fmt: skip
     return RunResult(task.id, reason, reason == "submitted", answer, len(agent.steps), dict(agent.usage),
@@ -189,6 +192,6 @@ def _run_vanilla(task: Task, model: Any, system: str, instance: str, out: Path, 
         (out / "answer.txt").write_text(answer)
     usage = dict(reply.usage) if reply is not None else {}
     writer.update(messages=messages, exit_reason=reason, answer=answer, usage=usage,
-                  duration_s=round(time.monotonic() - start, 3))  # fmt: skip
+                  duration_s=round(time.monotonic() - start, 3), final=True)  # fmt: skip
     return RunResult(task.id, reason, reason == "answered", answer, 1, usage, round(time.monotonic() - start, 3),
                      str(out), model_s=round(time.monotonic() - t0, 4), last_message=answer)  # fmt: skip
