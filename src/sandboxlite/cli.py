@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -19,8 +20,25 @@ EXIT_SANDBOX = 125  # sandboxlite itself failed (like `docker run`)
 
 
 def _fail(e: SandboxError) -> None:
+    from .errors import ModelError
+
     click.echo(f"sandboxlite: {e}", err=True)
+    if isinstance(e, ModelError):
+        sys.exit(EXIT_MODEL)
     sys.exit(EXIT_USAGE if isinstance(e, (ConfigError, TaskError)) else EXIT_SANDBOX)
+
+
+def _errors_to_exit_codes(fn):
+    """A command whose SandboxErrors become a message and an exit code (see _fail)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except SandboxError as e:
+            _fail(e)
+
+    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -125,7 +143,6 @@ def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token
     from .agent.profiles import resolve_model
     from .agent.run import run_task
     from .agent.task import Task
-    from .errors import ModelError
 
     try:
         task = Task.load(task_file)
@@ -142,10 +159,7 @@ def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token
                               constrained=constrained)  # fmt: skip
         on_step = None if quiet else _print_step
         result = run_task(task, model, output_dir=output_dir, mode=mode, limits=limits, on_step=on_step)
-    except ModelError as e:
-        click.echo(f"sandboxlite: {e}", err=True)
-        sys.exit(EXIT_MODEL)
-    except SandboxError as e:
+    except SandboxError as e:  # ModelError included: exit code 3
         _fail(e)
         return
     answer = (result.answer or "").strip()
@@ -214,7 +228,6 @@ def eval_(model_name, base_url, api_key, temperature, max_tokens, extra_body, da
     from .agent.profiles import resolve_model
     from .eval import EvalConfig, domains as known_domains, load_domain_module, load_tasks_file, run_eval
     from .eval.domains import safe_id
-    from .errors import ModelError
 
     try:
         custom = [d for f in task_files for d in load_tasks_file(f)]
@@ -264,10 +277,7 @@ def eval_(model_name, base_url, api_key, temperature, max_tokens, extra_body, da
             click.echo(f"\nsandboxlite: interrupted; finished tasks are kept in {out}/results.jsonl. "
                        "Run the same command again to resume.", err=True)  # fmt: skip
             sys.exit(130)
-    except ModelError as e:
-        click.echo(f"sandboxlite: {e}", err=True)
-        sys.exit(EXIT_MODEL)
-    except SandboxError as e:
+    except SandboxError as e:  # ModelError included: exit code 3
         _fail(e)
         return
     click.echo((out / "summary.md").read_text())
@@ -370,16 +380,12 @@ def rootfs() -> None:
 @click.argument("profile")
 @click.option("--force", is_flag=True, help="Replace an existing image of that name.")
 @click.option("--mirror", default=None, help="Debian mirror (default http://deb.debian.org/debian).")
+@_errors_to_exit_codes
 def rootfs_build(profile, force, mirror) -> None:
     """Build the image for PROFILE with mmdebstrap (progress on stderr)."""
     from .rootfs import build
 
-    try:
-        path = build.build(profile, force=force, **({"mirror": mirror} if mirror else {}))
-    except SandboxError as e:
-        _fail(e)
-        return
-    click.echo(str(path))
+    click.echo(str(build.build(profile, force=force, **({"mirror": mirror} if mirror else {}))))
 
 
 @rootfs.command("list")
@@ -402,15 +408,12 @@ def rootfs_list() -> None:
 
 @rootfs.command("verify")
 @click.argument("name")
+@_errors_to_exit_codes
 def rootfs_verify(name) -> None:
     """Recompute NAME's digest; list the files that changed."""
     from .rootfs import manage
 
-    try:
-        v = manage.verify(name)
-    except SandboxError as e:
-        _fail(e)
-        return
+    v = manage.verify(name)
     if v.ok:
         click.echo(f"{name}: ok ({v.actual})")
         return
@@ -427,54 +430,45 @@ def rootfs_verify(name) -> None:
 @rootfs.command("export")
 @click.argument("name")
 @click.argument("file", type=click.Path(dir_okay=False))
+@_errors_to_exit_codes
 def rootfs_export(name, file) -> None:
     """Write NAME to FILE (.tar.zst) for other machines."""
     from .rootfs import manage
 
-    try:
-        click.echo(str(manage.export(name, file)))
-    except SandboxError as e:
-        _fail(e)
+    click.echo(str(manage.export(name, file)))
 
 
 @rootfs.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--name", default=None, help="Install under this name (default: the exported name).")
 @click.option("--force", is_flag=True, help="Replace an existing image of that name.")
+@_errors_to_exit_codes
 def rootfs_import(file, name, force) -> None:
     """Install an exported image after checking its digest."""
     from .rootfs import manage
 
-    try:
-        info = manage.import_(file, name, force=force)
-    except SandboxError as e:
-        _fail(e)
-        return
+    info = manage.import_(file, name, force=force)
     click.echo(f"{info.name}: imported, digest {info.manifest['digest']}")
 
 
 @rootfs.command("chown")
 @click.argument("name")
+@_errors_to_exit_codes
 def rootfs_chown(name) -> None:
     """Give NAME to the uid sandboxes run as (root only; a copy-on-write root needs it)."""
     from .rootfs import manage
 
-    try:
-        manage.give(name)
-    except SandboxError as e:
-        _fail(e)
+    manage.give(name)
 
 
 @rootfs.command("rm")
 @click.argument("name")
+@_errors_to_exit_codes
 def rootfs_rm(name) -> None:
     """Delete image NAME."""
     from .rootfs import manage
 
-    try:
-        manage.remove(name)
-    except SandboxError as e:
-        _fail(e)
+    manage.remove(name)
 
 
 if __name__ == "__main__":  # pragma: no cover

