@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from sandboxlite import SandboxPool
-from sandboxlite.agent.loop import NO_TOOL_CALL, AgentLimits
+from sandboxlite.agent.loop import NO_TOOL_CALL
 from sandboxlite.agent.model import AssistantMessage, FakeModel, ToolCall
 from sandboxlite.agent.prompts import PromptTemplate
 from sandboxlite.agent.run import run_task
