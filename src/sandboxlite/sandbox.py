@@ -578,31 +578,26 @@ class Sandbox:
             raise ConfigError("cmd", f"must be a shell string or a non-empty list of strings, got {argv!r}")
         payload_env = self._command_env(env)
         cwd = self._abs(cwd, "cwd") if cwd is not None else self.config.workdir
-        flags = SP_STDOUT | SP_STDERR
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        ours, theirs = [out_r, err_r], [out_w, err_w]
-        in_w = None
-        if stdin_pipe:
-            in_r, in_w = os.pipe2(os.O_CLOEXEC)
-            flags |= SP_STDIN
-            ours.append(in_w)
-            theirs.insert(0, in_r)
-        try:
+        flags = SP_STDOUT | SP_STDERR | (SP_STDIN if stdin_pipe else 0)
+        try:  # checked before any pipe exists: nothing to clean up on a bad command
             payload = strings(str(flags), cwd, str(len(argv)), *argv, *payload_env)
         except ValueError as e:  # a NUL byte, or a lone surrogate that UTF-8 cannot carry
-            for fd in ours + theirs:
-                os.close(fd)
             raise ConfigError("cmd", f"every argument must be text without NUL bytes: {e}") from None
         if len(payload) > MAX_SPAWN_BYTES:
-            for fd in ours + theirs:
-                os.close(fd)
             raise ConfigError(
                 "cmd",
                 f"the command line, environment and cwd take {len(payload)} bytes, more than a command "
                 f"can be given ({MAX_SPAWN_BYTES} here; execve(2) itself allows a few MiB)",
                 hint="pass big data through stdin or a file (write_file)",
             )
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        ours, theirs = [out_r, err_r], [out_w, err_w]
+        in_w = None
+        if stdin_pipe:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+            ours.append(in_w)
+            theirs.insert(0, in_r)
         ident = chan.new_id()
         try:
             chan.send("S", ident, payload, theirs)
