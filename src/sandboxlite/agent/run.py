@@ -93,6 +93,17 @@ def _inputs(task: Task) -> dict[str, str]:
     return files
 
 
+def stage_inputs(sb: Sandbox, task: Task) -> None:
+    """Put the task's inputs in ``task.input_path`` and make the output directory."""
+    sb.mkdir(OUTPUT_DIR)
+    if not task.input_files:
+        sb.mkdir(task.input_path)  # else writing the first file makes it (one request less)
+    for name, text in task.input_files.items():
+        sb.write_file(f"{task.input_path}/{name}", text, parents=True)
+    if task.input_dir:
+        sb.upload(task.input_dir, task.input_path)
+
+
 def run_task(
     task: Task,
     model: Any,
@@ -138,12 +149,7 @@ def _run_in(sb: Sandbox, task: Task, model: Any, system: str, instance: str, lim
     from .tools import Tools
 
     answer, skipped, reason = None, [], "interrupted"
-    sb.mkdir(task.input_path)
-    sb.mkdir(OUTPUT_DIR)
-    for name, text in task.input_files.items():
-        sb.write_file(f"{task.input_path}/{name}", text)
-    if task.input_dir:
-        sb.upload(task.input_dir, task.input_path)
+    stage_inputs(sb, task)
     tools = Tools(sb)
 
     def step_done(agent: Agent, step: Step) -> None:

@@ -54,8 +54,8 @@ from typing import Any
 
 from ..agent.loop import Agent, AgentLimits
 from ..agent.model import AssistantMessage
-from ..agent.prompts import ANSWER_FILE, OUTPUT_DIR, PromptTemplate
-from ..agent.run import MAX_ANSWER_BYTES, _inputs
+from ..agent.prompts import ANSWER_FILE, PromptTemplate
+from ..agent.run import MAX_ANSWER_BYTES, _inputs, stage_inputs
 from ..agent.task import Task
 from ..agent.tools import Tools, tool_schemas
 from ..config import SandboxConfig
@@ -313,15 +313,8 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         sb = self._sb
         assert sb is not None
         try:
-            where = task.input_path
-            system, instance = self._template(task.prompt).render(task.query, _inputs(task), input_dir=where)
-            sb.mkdir(OUTPUT_DIR)
-            if not task.input_files:
-                sb.mkdir(where)  # else writing the first file makes it (one request less)
-            for name, text in task.input_files.items():
-                sb.write_file(f"{where}/{name}", text, parents=True)
-            if task.input_dir:
-                sb.upload(task.input_dir, where)
+            system, instance = self._template(task.prompt).render(task.query, _inputs(task), input_dir=task.input_path)
+            stage_inputs(sb, task)
         except BaseException:
             self._release()
             raise
