@@ -23,7 +23,7 @@ def _data_file() -> Path:
 def _rows() -> list[dict]:
     path = _data_file()
     if not path.is_file():
-        pytest.skip(f"IFBench data not found at {path} (set SANDBOXLITE_EVAL_DATA)")
+        pytest.fail(f"IFBench data not found at {path} (set SANDBOXLITE_EVAL_DATA)")
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
@@ -193,7 +193,7 @@ def test_checker_fails_bad_example(iid):
 
 
 def test_every_data_id_has_examples():
-    ids = _data_ids() or pytest.skip("IFBench data not found")
+    ids = _data_ids() or pytest.fail("IFBench data not found (set SANDBOXLITE_EVAL_DATA)")
     assert len(ids) == 58
     assert ids <= set(CASES), sorted(ids - set(CASES))
 

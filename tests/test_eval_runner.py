@@ -245,6 +245,12 @@ def test_cli_eval_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert r.exit_code == 2 and "--data-dir" in r.output
     r = CliRunner().invoke(main, ["eval", "--model", "scripted", "--domains", "nope", "--data-dir", str(tmp_path)])
     assert r.exit_code == 2 and "unknown domain 'nope'" in r.output
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps(TASKS[0]) + "\n")
+    out = tmp_path / "never"
+    r = CliRunner().invoke(main, ["eval", "--model", "scripted", "--tasks", str(tasks), "--ids", "nope",
+                                  "--output-dir", str(out)])  # fmt: skip
+    assert r.exit_code == 2 and "no item of t matches ['nope']" in r.output and not out.exists()
 
 
 def test_cli_domain_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,7 +44,7 @@ def _data_root() -> Path:
 def _path(rel: str) -> Path:
     path = _data_root() / rel
     if not path.exists():
-        pytest.skip(f"eval data not found at {path} (set SANDBOXLITE_EVAL_DATA)")
+        pytest.fail(f"eval data not found at {path} (set SANDBOXLITE_EVAL_DATA)")
     return path
 
 

@@ -144,7 +144,6 @@ class EvalResult:
     out_dir: Path
     ran: int  # tasks run now
     skipped: int  # tasks found finished in results.jsonl
-    interrupted: bool = False
 
 
 ModelSpec = Any  # a model object shared by all tasks, or a callable (job) -> model
@@ -187,9 +186,12 @@ class Evaluator:
     # -- running -------------------------------------------------------------------------
     def run(self) -> EvalResult:
         cfg = self.cfg
+        jobs = self.jobs()
+        if not jobs:
+            raise ConfigError("ids", f"no item of {', '.join(getattr(d, 'name', d) for d in cfg.domains)} matches "
+                              f"{cfg.ids} (ids look like those in results.jsonl, e.g. aime25-03)")  # fmt: skip
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         self._check_run_file()
-        jobs = self.jobs()
         done = read_results(cfg.out_dir / "results.jsonl")
         todo = [j for j in jobs if j.key not in done or (cfg.retry_errors and done[j.key].get("error"))]
         skipped = len(jobs) - len(todo)
@@ -233,7 +235,7 @@ class Evaluator:
         summary = self.write_summary([done[j.key] for j in jobs if j.key in done])
         if interrupted:
             raise KeyboardInterrupt
-        return EvalResult(summary, cfg.out_dir, finished, skipped, interrupted)
+        return EvalResult(summary, cfg.out_dir, finished, skipped)
 
     def write_summary(self, records: list[dict]) -> dict[str, Any]:
         summary = summarize(records, seed=self.cfg.seed)

@@ -237,7 +237,7 @@ class RayRollouts:
             try:
                 d = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
-                self._lost(name, e)
+                self._lost(name)
                 if attempt < self.max_attempts:
                     self.stats.retried += 1
                     queue.appendleft((g, k, attempt + 1))
@@ -260,7 +260,7 @@ class RayRollouts:
             groups.append(group)
         return groups
 
-    def _lost(self, name: str, error: Exception) -> None:
+    def _lost(self, name: str) -> None:
         """Drop a dead actor (its in-flight episodes come back one by one as errors too)."""
         if name in self.actors:
             del self.actors[name]
