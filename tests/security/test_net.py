@@ -15,14 +15,13 @@ from sandboxlite import Sandbox
 from .helpers import run_py
 
 
-class HostServer:
-    """A TCP server on the host's 127.0.0.1 that greets each client with a token."""
+class TokenServer:
+    """A host server on a listening socket that greets each client with a token (and counts them)."""
 
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, sock: socket.socket, prefix: str) -> None:
+        self.sock = sock
         self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.token = "hello-" + secrets.token_hex(8)
+        self.token = prefix + secrets.token_hex(8)
         self.hits = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -47,6 +46,14 @@ class HostServer:
         self._stop.set()
         self._thread.join(5)
         self.sock.close()
+
+
+class HostServer(TokenServer):
+    """On the host's 127.0.0.1."""
+
+    def __init__(self) -> None:
+        super().__init__(socket.create_server(("127.0.0.1", 0)), "hello-")
+        self.port = self.sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -229,34 +236,16 @@ print(json.dumps(out))
 '''
 
 
-class UnixServer:
+class UnixServer(TokenServer):
+    """On a filesystem (or, with a leading NUL, abstract) unix socket address."""
+
     def __init__(self, addr: str, mode: int | None = None) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(addr)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(addr)
         if mode is not None:
             os.chmod(addr, mode)
-        self.sock.listen(8)
-        self.sock.settimeout(0.1)
-        self.token = "unix-" + secrets.token_hex(6)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except (TimeoutError, socket.timeout):
-                continue
-            except OSError:
-                return
-            with c:
-                c.sendall(self.token.encode())
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self.sock.close()
+        sock.listen(8)
+        super().__init__(sock, "unix-")
 
 
 def test_host_unix_sockets(host_dir_factory, canary, record):
