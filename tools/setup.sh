@@ -8,10 +8,11 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-# bubblewrap: the jail; libseccomp2: the syscall filter; gcc + libc6-dev: the
-# executor (a small static C program built once); python3-venv: the virtualenv;
+# bubblewrap: the jail; libseccomp2: the syscall filter; gcc + libc6-dev +
+# musl-tools: the executor (a small static C program built once; musl starts
+# ~0.3 ms faster than static glibc on VMs); python3-venv: the virtualenv;
 # mmdebstrap + uidmap + zstd: building, exporting and importing rootfs images.
-PKGS=(bubblewrap libseccomp2 gcc libc6-dev python3-venv mmdebstrap uidmap zstd)
+PKGS=(bubblewrap libseccomp2 gcc libc6-dev musl-tools python3-venv mmdebstrap uidmap zstd)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -95,7 +95,12 @@ def check_executor() -> Check:
     except SandboxError as e:
         return Check("executor", "fail", e.message, e.hint or "")
     if executor.is_static(path):
-        return Check("executor", "ok", f"{path} (static)")
+        if executor.is_musl(path):
+            return Check("executor", "ok", f"{path} (static, musl)")
+        return Check(
+            "executor", "warn", f"{path} (static, glibc: each sandbox starts ~0.3 ms slower than with musl)",
+            "apt-get install musl-tools; it is rebuilt with musl on next use",
+        )  # fmt: skip
     return Check(
         "executor", "warn", f"{path} is dynamically linked: it runs only over a rootfs with a compatible libc",
         "apt-get install libc6-dev, then delete the file so it is rebuilt statically",

@@ -32,10 +32,36 @@ def _compiler() -> str | None:
     return None
 
 
+def _musl() -> tuple[str, Path] | None:
+    """musl-gcc and the directory of the kernel's uapi headers (musl's wrapper hides /usr/include)."""
+    cc = shutil.which("musl-gcc")
+    if cc is None:
+        return None
+    for d in (Path("/usr/include"), Path(f"/usr/include/{platform.machine()}-linux-gnu")):
+        if (d / "asm" / "unistd.h").is_file() and Path("/usr/include/linux/seccomp.h").is_file():
+            return cc, d
+    return None
+
+
+def _kernel_headers(tmp: str, asm_parent: Path) -> str:
+    """A directory holding only linux/, asm/ and asm-generic/: kernel headers for musl-gcc."""
+    inc = Path(tmp) / "kinc"
+    inc.mkdir()
+    for name, src in (("linux", Path("/usr/include/linux")), ("asm", asm_parent / "asm"),
+                      ("asm-generic", Path("/usr/include/asm-generic"))):
+        os.symlink(src, inc / name)
+    return str(inc)
+
+
 def _build(source: str, name: str, flag_sets: list[list[str]]) -> Path:
-    """Compile ``source`` once per content hash into ``$SANDBOXLITE_HOME/bin/NAME-HASH``."""
+    """Compile ``source`` once per content hash into ``$SANDBOXLITE_HOME/bin/NAME-HASH``.
+
+    A flag set may start with ``"musl"``: then musl-gcc compiles it (skipped when
+    absent), with the kernel headers at ``{kinc}``."""
     src = resources.files("sandboxlite._executor").joinpath(source).read_bytes()
-    digest = hashlib.sha256(src + repr(flag_sets).encode()).hexdigest()[:16]
+    musl = _musl()
+    candidates = [f for f in flag_sets if f[:1] != ["musl"] or musl is not None]
+    digest = hashlib.sha256(src + repr(candidates).encode()).hexdigest()[:16]
     target = paths.ensure_dir(paths.home() / "bin") / f"{name}-{digest}"
     if target.is_file() and os.access(target, os.X_OK):
         return target
@@ -51,8 +77,12 @@ def _build(source: str, name: str, flag_sets: list[list[str]]) -> Path:
             c_file.write_bytes(src)
             out = Path(tmp) / name
             errors = []
-            for flags in flag_sets:
-                cmd = [cc, *flags, "-o", str(out), str(c_file)]
+            for flags in candidates:
+                if flags[:1] == ["musl"]:
+                    kinc = _kernel_headers(tmp, musl[1])
+                    cmd = [musl[0], *(f.replace("{kinc}", kinc) for f in flags[1:]), "-o", str(out), str(c_file)]
+                else:
+                    cmd = [cc, *flags, "-o", str(out), str(c_file)]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode == 0:
                     break
@@ -73,9 +103,16 @@ def _build(source: str, name: str, flag_sets: list[list[str]]) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def executor_path() -> Path:
-    """Path of the compiled executor, building it on first use (static first: runs over any rootfs)."""
+    """Path of the compiled executor, building it on first use (static first: runs over any rootfs).
+
+    musl first when installed: a static glibc program probes the CPU at every
+    start, which costs ~0.3 ms of every cold start on VMs where CPUID traps
+    (measured here: an empty static program runs in 0.40 ms with glibc, 0.12 ms
+    with musl); the executor starts once per sandbox.
+    """
     base = ["-O2", "-std=gnu11"]
-    return _build(SOURCE, "sandboxlite-executor", [[*base, "-static"], base])
+    return _build(SOURCE, "sandboxlite-executor",
+                  [["musl", *base, "-static", "-isystem", "{kinc}"], [*base, "-static"], base])
 
 
 @functools.lru_cache(maxsize=1)
@@ -101,3 +138,9 @@ def is_static(path: Path) -> bool:
     with open(path, "rb") as f:
         head = f.read(1 << 16)
     return b"/lib64/ld-linux" not in head and b"ld-linux" not in head
+
+
+def is_musl(path: Path) -> bool:
+    """True when the binary was linked against musl (its start-up does not probe the CPU)."""
+    with open(path, "rb") as f:
+        return b"musl" in f.read()

@@ -542,7 +542,7 @@ static int open_in(const char *path, int flags, mode_t mode) {
   struct open_how how;
   memset(&how, 0, sizeof how);
   how.flags = (unsigned long long)flags;
-  how.mode = (flags & (O_CREAT | __O_TMPFILE)) ? mode : 0;
+  how.mode = ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ? mode : 0;
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
   return (int)syscall(SYS_openat2, gen_root, path, &how, sizeof how);
 }
