@@ -119,3 +119,15 @@ def test_old_bwrap_without_features():
 def test_argv_is_a_list_of_strings():
     assert all(isinstance(x, str) for x in argv(env={"A": "b c; rm -rf /"}))
     assert not any("rm -rf" in x for x in argv(env={"A": "rm -rf"}))  # env goes over the socket, not argv
+
+
+def test_network_is_left_to_the_launcher_only_when_it_joins_a_namespace():
+    """A root caller's launcher may join a namespace made ahead of time (netns.py): no --unshare-net then."""
+    config = SandboxConfig()
+    own = build_argv(config, PLAN, FDS, INFO, [])
+    joined = build_argv(config, PLAN, JailFds(ctrl=7, executor=8, seccomp=9, netns=6), INFO, [])
+    host = build_argv(SandboxConfig(network="host"), PLAN, FDS, INFO, [])
+    assert "--unshare-net" in own
+    assert "--unshare-net" not in joined and "--unshare-net" not in host
+    assert [a for a in own if a != "--unshare-net"] == joined  # nothing else changes
+    assert "6" not in joined  # the descriptor is the launcher's, not bwrap's

@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from sandboxlite import paths
+from sandboxlite import netns, paths
 from sandboxlite import CommandFailed, CommandTimeout, ExecResult, Sandbox, SandboxClosed, SandboxCrashed, SandboxError
 
 from .conftest import alive, jail_tree, tree
@@ -145,6 +145,8 @@ def test_crash_is_detected_and_reset_recovers():
 
 def test_many_cycles_leave_nothing_behind():
     me = psutil.Process()
+    pool = netns.pool()  # its ready namespaces are descriptors too: count them full, before and after
+    pool.wait_ready(pool.size, 5)
     base_fds = me.num_fds()
     base_children = len(me.children(recursive=True))
     def temp_entries():
@@ -159,6 +161,7 @@ def test_many_cycles_leave_nothing_behind():
         with Sandbox() as sb:
             sb.exec(["true"])
     assert len(me.children(recursive=True)) == base_children
+    pool.wait_ready(pool.size, 5)
     assert me.num_fds() <= base_fds + 2  # +2: the cached executor fd and seccomp build, opened once
     assert temp_entries() - tmp_before == set()
     from sandboxlite import cgroups

@@ -83,6 +83,7 @@ class JailFds:
     executor: int  # an O_RDONLY descriptor of the executor binary
     seccomp: int  # a pipe holding the BPF program
     info: int | None = None  # where bwrap writes {"child-pid": N} (used to attach cgroups early)
+    netns: int | None = None  # a fresh network namespace the launcher joins (see netns.py): no --unshare-net
 
 
 def rlimit_args(config: SandboxConfig, *, memory_by_cgroup: bool, nproc_enforced: bool) -> list[str]:
@@ -121,7 +122,7 @@ def build_argv(
     """
     lim = config.limits
     argv = [info.path, *NAMESPACE_FLAGS]
-    if config.network == "none":
+    if config.network == "none" and fds.netns is None:
         argv.append("--unshare-net")
     if info.disable_userns:
         argv.append("--disable-userns")

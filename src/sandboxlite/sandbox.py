@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bwrap, cgroups, executor, rootfs, seccomp
+from . import bwrap, cgroups, executor, netns, rootfs, seccomp
 from .config import SandboxConfig, base_env, check_env_pair, check_timeout
 from .errors import (
     ConfigError,
@@ -251,7 +251,10 @@ class Sandbox:
         sec_fd = seccomp.filter_fd()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
-        fds = bwrap.JailFds(ctrl=child.fileno(), executor=exe_fd, seccomp=sec_fd, info=info_w)
+        # a root caller's launcher can join a network namespace made ahead of time (netns.py)
+        net_fd = netns.pool().take() if self.host_ids is not None and config.network == "none" else None
+        self._netns_pooled = net_fd is not None
+        fds = bwrap.JailFds(ctrl=child.fileno(), executor=exe_fd, seccomp=sec_fd, info=info_w, netns=net_fd)
         lower = self._copy_on_write_lower(plan)
         argv = bwrap.build_argv(config, plan, fds, info, rlimits, lower)
         self.argv = argv
@@ -266,11 +269,15 @@ class Sandbox:
                 (os.POSIX_SPAWN_DUP2, fds.seccomp, fds.seccomp),
                 (os.POSIX_SPAWN_DUP2, info_w, info_w),
             ]
+            if net_fd is not None:
+                actions.append((os.POSIX_SPAWN_DUP2, net_fd, net_fd))
             path, spawn_argv = info.path, argv
             if self.host_ids is not None:  # drop to the unprivileged uid, then exec bwrap
                 prog, prefix = executor.launcher()
                 path = str(prog)
                 joins = [x for f in self._cgroup.tasks_files() for x in ("-t", f)] if join_early else []
+                if net_fd is not None:
+                    joins += ["-n", str(net_fd)]
                 spawn_argv = [*prefix, *joins, str(self.host_ids[0]), str(self.host_ids[1]), *argv]
             try:
                 pid = os.posix_spawn(
@@ -289,6 +296,8 @@ class Sandbox:
         finally:
             os.close(err_w)
             os.close(sec_fd)
+            if net_fd is not None:
+                os.close(net_fd)  # the launcher holds it now: used by this sandbox only
             child.close()
             os.close(info_w)
 
@@ -521,6 +530,8 @@ class Sandbox:
             "host_uid": self.host_ids[0] if self.host_ids else os.geteuid(),
             "rootfs_kind": self.rootfs_plan.kind,
             "network": self.config.network,
+            "netns": "host" if self.config.network == "host" else (
+                "made ahead of time (netns pool)" if getattr(self, "_netns_pooled", False) else "made by bwrap"),
             "workdir": self.config.workdir,
             "cgroup": [str(d) for d in cg.dirs] if cg else None,
             "memory_limit": f"cgroup {lim.memory_mb} MiB" if cg and lim.memory_mb else (

@@ -1069,8 +1069,15 @@ static int launch(int argc, char **argv) {
     argv += 2;
     argc -= 2;
   }
+  if (argc >= 4 && strcmp(argv[2], "-n") == 0) {
+    int fd = atoi(argv[3]);
+    if (setns(fd, CLONE_NEWNET) < 0) die("joining the network namespace");
+    close(fd);
+    argv += 2;
+    argc -= 2;
+  }
   if (argc < 5) {
-    dprintf(2, "sandboxlite-executor: launch UID GID PROGRAM ARGS...\n");
+    dprintf(2, "sandboxlite-executor: launch [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...\n");
     return 111;
   }
   uid_t uid = (uid_t)strtoul(argv[2], NULL, 10);
