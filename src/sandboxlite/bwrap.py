@@ -108,6 +108,7 @@ def build_argv(
     info: BwrapInfo,
     rlimits: list[str],
     lower: str | None = None,
+    dev: str | None = None,
 ) -> list[str]:
     """The complete bwrap command line for ``config`` (a pure function).
 
@@ -119,6 +120,10 @@ def build_argv(
     root; fresh size-capped tmpfs on /tmp, /testbed, /dev/shm (and /root
     without overlay).  Each command then drops every capability, sets
     no_new_privs and loads the seccomp filter (``seccomp=FD``) before it runs.
+
+    ``dev``: a ready-made /dev directory of device nodes (see devnodes.py) bound
+    in one step instead of bwrap's ``--dev``; the executor then mounts devpts
+    in each generation and makes /dev read-only (``devdir=1``).
     """
     lim = config.limits
     argv = [info.path, *NAMESPACE_FLAGS]
@@ -146,7 +151,8 @@ def build_argv(
         argv += ["--ro-bind", lower, "/.sl/lower"]
     # a fresh /proc for the PID namespace, with /proc/sys read-only (bwrap covers
     # only irq and bus); the sysctls a process looks up there are its own namespaces'
-    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    argv += ["--dev-bind", dev, "/dev"] if dev is not None else ["--dev", "/dev"]
     mounted = {m.dst for m in config.mounts}
     # mount points the executor needs on the read-only root
     points = ["/.sl/gen"]
@@ -158,6 +164,8 @@ def build_argv(
     for m in sorted(config.mounts, key=lambda m: m.dst.count("/")):
         argv += ["--bind" if m.rw else "--ro-bind", m.src, m.dst]
     gen = [f"tmp={lim.tmp_mb * MiB}", f"testbed={0 if '/testbed' in mounted else lim.testbed_mb * MiB}"]
+    if dev is not None:
+        gen.append("devdir=1")
     if lower is not None:
         gen += ["lower=/.sl/lower", f"upper={lim.overlay_mb * MiB}"]
         gen += [f"bind={m.dst}" for m in sorted(config.mounts, key=lambda m: m.dst.count("/"))]

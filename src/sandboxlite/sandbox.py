@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bwrap, cgroups, executor, netns, rootfs, seccomp
+from . import bwrap, cgroups, devnodes, executor, netns, rootfs, seccomp
 from .config import SandboxConfig, base_env, check_env_pair, check_timeout
 from .errors import (
     ConfigError,
@@ -251,14 +251,17 @@ class Sandbox:
         sec_fd = seccomp.filter_fd()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
-        # a root caller's launcher can join a network namespace made ahead of time (netns.py)
+        lower = self._copy_on_write_lower(plan)
+        # a root caller's jail gets a ready-made /dev (devnodes.py) and a network namespace made
+        # ahead of time, which its launcher joins (netns.py)
+        dev = devnodes.prepare() if self.host_ids is not None else None
+        self._dev = dev
         net_fd = netns.pool().take() if self.host_ids is not None and config.network == "none" else None
         self._netns_pooled = net_fd is not None
         fds = bwrap.JailFds(ctrl=child.fileno(), executor=exe_fd, seccomp=sec_fd, info=info_w, netns=net_fd)
-        lower = self._copy_on_write_lower(plan)
-        argv = bwrap.build_argv(config, plan, fds, info, rlimits, lower)
-        self.argv = argv
         try:
+            argv = bwrap.build_argv(config, plan, fds, info, rlimits, lower, dev)
+            self.argv = argv
             actions = [
                 (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
@@ -532,6 +535,7 @@ class Sandbox:
             "network": self.config.network,
             "netns": "host" if self.config.network == "host" else (
                 "made ahead of time (netns pool)" if getattr(self, "_netns_pooled", False) else "made by bwrap"),
+            "dev": f"ready-made ({self._dev}, read-only)" if getattr(self, "_dev", None) else "bwrap --dev",
             "workdir": self.config.workdir,
             "cgroup": [str(d) for d in cg.dirs] if cg else None,
             "memory_limit": f"cgroup {lim.memory_mb} MiB" if cg and lim.memory_mb else (

@@ -371,6 +371,7 @@ static const char *lower; /* overlay lower dir (the image), or NULL */
 static unsigned long long sz_upper = 1ull << 30, sz_tmp = 1ull << 30, sz_testbed = 2ull << 30;
 static int testbed_tmpfs = 1;
 static const char *binds[64]; /* caller mounts carried into an overlay root */
+static int devdir; /* /dev is a ready-made directory of nodes: mount devpts per generation */
 static int n_binds;
 static const char *wtmpfs[8]; /* extra tmpfs (a workdir outside the writable places) */
 static int n_wtmpfs;
@@ -448,6 +449,14 @@ static void gen_child(int ready_w, int hold_r) {
   }
   snprintf(path, sizeof path, "%s/dev/shm", root);
   tmpfs_at(path, sz_tmp, 01777);
+  if (devdir) { /* what bwrap's --dev would have mounted, fresh for each generation */
+    snprintf(path, sizeof path, "%s/dev/pts", root);
+    if (mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") < 0)
+      gen_fail("devpts", path);
+    /* bwrap binds the directory read-write (its read-only remount would add nodev) */
+    snprintf(path, sizeof path, "%s/dev", root);
+    if (mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, NULL) < 0) gen_fail("read-only", path);
+  }
   for (int i = 0; i < n_wtmpfs; i++) {
     snprintf(path, sizeof path, "%s%s", root, wtmpfs[i]);
     tmpfs_at(path, sz_testbed, 0755);
@@ -1120,6 +1129,8 @@ int main(int argc, char **argv) {
       binds[n_binds++] = a + 5;
     else if (strncmp(a, "wtmpfs=", 7) == 0 && n_wtmpfs < 8)
       wtmpfs[n_wtmpfs++] = a + 7;
+    else if (strcmp(a, "devdir=1") == 0)
+      devdir = 1;
     else if (strncmp(a, "mkdir=", 6) == 0 && n_mkdirs < 8)
       mkdirs[n_mkdirs++] = a + 6;
     else

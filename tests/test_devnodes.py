@@ -1,0 +1,125 @@
+"""The ready-made /dev of root callers' sandboxes (sandboxlite.devnodes) against bwrap's --dev."""
+
+import os
+import stat
+
+import pytest
+
+from sandboxlite import Sandbox, devnodes
+from sandboxlite.bwrap import BwrapInfo, JailFds, build_argv
+from sandboxlite.config import SandboxConfig
+from sandboxlite.rootfs import RootfsPlan
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only root can make device nodes")
+
+PLAN = RootfsPlan(name="t", kind="dir", path="/img", binds=(("/img/usr", "/usr"),), symlinks=())
+INFO = BwrapInfo(path="/usr/bin/bwrap", version=(0, 8, 0), disable_userns=True)
+FDS = JailFds(ctrl=7, executor=8, seccomp=9)
+
+DEV_CHECK = r"""
+import errno, json, os, pty
+out = {"names": sorted(os.listdir("/dev")), "pts": sorted(os.listdir("/dev/pts"))}
+with open("/dev/null", "wb") as f: f.write(b"x")
+with open("/dev/zero", "rb") as f: out["zero"] = f.read(4).hex()
+out["urandom"] = len(open("/dev/urandom", "rb").read(16))
+try:
+    with open("/dev/full", "wb") as f: f.write(b"x"); f.flush()
+except OSError as e: out["full"] = errno.errorcode[e.errno]
+m, s = pty.openpty(); out["pty"] = os.ttyname(s)
+out["links"] = {n: os.readlink("/dev/" + n) for n in ("fd", "stdin", "stdout", "stderr", "ptmx", "core")}
+for name in ("/dev/new", "/dev/shm/ok"):
+    try:
+        open(name, "w").close(); out[name] = "ok"
+    except OSError as e: out[name] = errno.errorcode[e.errno]
+print(json.dumps(out))
+"""
+
+
+def run_check(sb):
+    import json
+
+    r = sb.exec(["python3", "-c", DEV_CHECK])
+    assert r.exit_code == 0, r
+    return json.loads(r.stdout)
+
+
+def test_argv_binds_a_ready_made_dev_once_instead_of_dev():
+    plain = build_argv(SandboxConfig(), PLAN, FDS, INFO, [])
+    made = build_argv(SandboxConfig(), PLAN, FDS, INFO, [], dev="/dev/.sandboxlite-1")
+    assert "--dev" in plain and "--dev-bind" not in plain and "devdir=1" not in plain
+    i = made.index("--dev-bind")
+    assert made[i + 1 : i + 3] == ["/dev/.sandboxlite-1", "/dev"]
+    assert "--dev" not in made
+    assert "devdir=1" in made[made.index("/proc/self/fd/8") :]  # an executor argument
+
+
+@root_only
+def test_build_makes_exactly_the_nodes_and_problems_spots_tampering(tmp_path):
+    d = str(tmp_path / "dev")
+    devnodes.build(d)
+    assert devnodes.problems(d) == []
+    st = os.stat(os.path.join(d, "null"))
+    assert stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 1 and os.minor(st.st_rdev) == 3
+    os.unlink(os.path.join(d, "null"))
+    with open(os.path.join(d, "null"), "w"):
+        pass
+    assert any("null" in p for p in devnodes.problems(d))
+    os.unlink(os.path.join(d, "null"))
+    os.mknod(os.path.join(d, "null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    os.chmod(os.path.join(d, "null"), 0o666)
+    assert devnodes.problems(d) == []
+    os.chmod(d, 0o777)
+    assert any("writable only by it" in p for p in devnodes.problems(d))
+    os.chmod(d, 0o755)
+    os.symlink("/etc/shadow", os.path.join(d, "extra"))
+    assert any("extra" in p for p in devnodes.problems(d))
+    assert devnodes.problems(str(tmp_path / "missing"))
+
+
+@root_only
+def test_a_sandbox_sees_the_same_dev_either_way(monkeypatch):
+    assert devnodes.prepare() == devnodes.DIR, devnodes.reason()
+    with Sandbox(rootfs="host") as sb:
+        assert sb.info["dev"].startswith("ready-made") and "--dev-bind" in sb.argv
+        ready = run_check(sb)
+    monkeypatch.setattr(devnodes, "prepare", lambda: None)
+    with Sandbox(rootfs="host") as sb:
+        assert sb.info["dev"] == "bwrap --dev" and "--dev" in sb.argv
+        theirs = run_check(sb)
+    for got in (ready, theirs):
+        assert got["names"] == sorted(["core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr",
+                                       "stdin", "stdout", "tty", "urandom", "zero"])  # fmt: skip
+        assert got["zero"] == "00000000" and got["urandom"] == 16 and got["full"] == "ENOSPC"
+        assert got["pty"] == "/dev/pts/0" and got["/dev/shm/ok"] == "ok"
+    assert ready["links"] == theirs["links"]
+    assert ready["/dev/new"] == "EROFS"  # read-only (bwrap's own tmpfs /dev is writable by the sandbox's root)
+
+
+@root_only
+def test_each_generation_gets_fresh_ptys_and_the_image_root_works_too():
+    with Sandbox(rootfs="science") as sb:
+        assert sb.info["dev"].startswith("ready-made")
+        sb.exec("python3 -c 'import pty,time; m,s=pty.openpty(); time.sleep(60)' >/dev/null 2>&1 &")
+        assert sb.exec("sleep 0.3; ls /dev/pts").stdout.split() == [b"0", b"ptmx"]
+        sb.reset()
+        assert sb.exec("ls /dev/pts").stdout.split() == [b"ptmx"]
+        assert run_check(sb)["pty"] == "/dev/pts/0"
+        # mount tables name no host path for /dev: the directory is on devtmpfs
+        line = [ln for ln in sb.exec("cat /proc/self/mountinfo").stdout.decode().splitlines() if " /dev " in ln]
+        assert len(line) == 1 and line[0].split()[3] == "/" + os.path.basename(devnodes.DIR)
+        assert " - devtmpfs " in line[0] and " ro," in line[0]
+
+
+def test_falls_back_to_bwrap_dev_when_it_cannot_be_made(monkeypatch):
+    monkeypatch.setattr(devnodes, "_state", None)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert devnodes.prepare() is None and "only root" in devnodes.reason()
+    monkeypatch.setattr(devnodes, "_state", None)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setenv("SANDBOXLITE_DEV", "bwrap")
+    assert devnodes.prepare() is None and "SANDBOXLITE_DEV" in devnodes.reason()
+    monkeypatch.delenv("SANDBOXLITE_DEV")
+    monkeypatch.setattr(devnodes, "_state", None)
+    monkeypatch.setattr(devnodes, "DIR", "/proc/no-such-dir/dev")  # cannot be made there
+    assert devnodes.prepare() is None and "cannot make" in devnodes.reason()
+    monkeypatch.setattr(devnodes, "_state", None)
