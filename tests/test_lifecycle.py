@@ -295,3 +295,52 @@ def test_ctrl_c_during_exec_stops_the_command_and_keeps_the_sandbox():
             time.sleep(0.02)
         assert jail_tree(sb) == []  # the command and what it started are gone
         assert sb.exec("echo still usable").stdout == b"still usable\n"
+
+
+# The executor (PID 1) keeps a confined zygote that clones each command's supervisor ahead of
+# time (see executor.c).  Commands run as the same uid as those helpers: whatever they do to
+# them, later commands must still start, confined, without a long stall.
+# PID 1's forks (same name) other than PID 1 and this command's own supervisor ($PPID): "pid ppid"
+HELPERS = ("c=$(cut -d' ' -f2 /proc/1/stat); for p in /proc/[0-9]*; do n=${p#/proc/}; "
+           "[ \"$n\" = 1 ] || [ \"$n\" = $PPID ] && continue; set -- $(cat $p/stat 2>/dev/null); "
+           "[ \"$2\" = \"$c\" ] && echo $n $4; done")
+
+
+def confined(sb):
+    r = sb.exec("grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status")
+    fields = dict(line.split(":\t") for line in r.stdout.decode().splitlines())
+    return fields["CapEff"].strip("0") == "" and fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
+
+
+def test_supervisors_come_from_a_zygote_and_stay_children_of_pid_1():
+    with Sandbox() as sb:
+        sb.exec("true")
+        helpers = [line.split() for line in sb.exec(HELPERS).stdout.decode().splitlines()]
+        assert len(helpers) == 2, helpers  # the zygote and the spare supervisor it made
+        assert {ppid for _, ppid in helpers} == {"1"}  # both PID 1's children: reaped and signalled by it
+        assert confined(sb)
+
+
+@pytest.mark.parametrize("how", ["KILL", "STOP"])
+def test_commands_survive_the_zygote_being_killed_or_stopped(how):
+    with Sandbox() as sb:
+        for _ in range(3):
+            r = sb.exec(f"for p in $({HELPERS} | cut -d' ' -f1); do kill -{how} $p; done; echo done")
+            assert r.stdout == b"done\n"
+            t = time.monotonic()
+            for i in range(5):
+                assert sb.exec(["echo", str(i)]).stdout == f"{i}\n".encode()
+            assert time.monotonic() - t < 3  # a stopped zygote costs at most 200 ms once
+            assert confined(sb)
+        sb.reset()
+        assert sb.exec("echo fresh").stdout == b"fresh\n" and confined(sb)
+
+
+def test_a_command_that_stops_its_own_supervisor_still_times_out_cleanly():
+    with Sandbox() as sb:
+        t = time.monotonic()
+        r = sb.exec("kill -STOP $PPID; sleep 1000", timeout=1)
+        assert r.timed_out and r.exit_code == 124
+        assert time.monotonic() - t < 4
+        assert sb.exec("echo next").stdout == b"next\n"
+        assert b"sleep 1000" not in sb.exec("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout

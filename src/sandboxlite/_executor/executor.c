@@ -367,6 +367,7 @@ static int root_fd = -1, proc_fd = -1;
 static struct sock_fprog filter;
 static void make_standby(void);
 static void drop_standby(void);
+static void zygote_gone(void);
 static const char *lower; /* overlay lower dir (the image), or NULL */
 static unsigned long long sz_upper = 1ull << 30, sz_tmp = 1ull << 30, sz_testbed = 2ull << 30;
 static int testbed_tmpfs = 1;
@@ -629,6 +630,7 @@ static void do_reset(uint32_t id) {
   }
   n_children = 0;
   drop_standby();
+  zygote_gone(); /* killed above with everything else; the new generation gets its own */
   for (size_t i = 0; i < n_sinks; i++) close(pfds[2 + i].fd);
   n_sinks = 0;
   if (new_generation() < 0) {
@@ -710,7 +712,7 @@ static void run_supervisor(uint32_t id, char *payload, size_t plen, int *fds, in
     int devnull = (want[0] < 0 || want[1] < 0 || want[2] < 0) ? open("/dev/null", O_RDWR | O_CLOEXEC) : -1;
     for (int i = 0; i < 3; i++) {
       int src = want[i] >= 0 ? want[i] : devnull;
-      if (src < 0 || dup2(src, i) < 0) _exit(126);
+      if (src < 0 || (src == i ? fcntl(i, F_SETFD, 0) : dup2(src, i)) < 0) _exit(126);
     }
     /* dispositions are all default (nobody here installs handlers); the
      * mask is not: S blocks the signals it waits for */
@@ -734,13 +736,117 @@ static void run_supervisor(uint32_t id, char *payload, size_t plen, int *fds, in
   supervise(c);
 }
 
-/* A standby supervisor: forked and confined ahead of time (joining the
- * generation and loading the seccomp filter cost ~0.2 ms), it waits for the
- * next spawn request on its own socket. */
+/* A standby supervisor: a confined process that waits for the next spawn
+ * request on its own socket, so that a command starts without paying for
+ * confinement.  Standbys come from the zygote Z: a process forked once per
+ * generation that joined the generation, dropped every capability and loaded
+ * the seccomp filter (~0.2 ms, the filter's JIT most of it); each standby is
+ * a clone of Z (CLONE_PARENT: it is still the executor's child, reaped and
+ * signalled as before) and inherits all of that for the price of a fork.  Z
+ * hands the standby's socket to the executor (SCM_RIGHTS).  Without a zygote
+ * (it failed, or a command killed it) the executor forks and confines a
+ * standby itself, as it once always did. */
 static pid_t standby_pid = -1;
 static int standby_fd = -1;
+static pid_t zyg_pid = -1;
+static int zyg_fd = -1;
+static int standby_asked; /* the zygote owes us a standby */
 
-static void make_standby(void) {
+/* A standby's life: wait for one request, then supervise that command. */
+static void standby_serve(int sock) {
+  /* request: u32 id, u32 length, payload; descriptors with the first bytes */
+  uint32_t hdr[2];
+  int fds[MAX_FDS], nfds = 0;
+  if (recv_with_fds(sock, hdr, sizeof hdr, fds, &nfds) < 0) _exit(0); /* the executor dropped us */
+  char *payload = malloc((size_t)hdr[1] + 1);
+  if (!payload || (hdr[1] && read_all(sock, payload, hdr[1]) < 0)) _exit(0);
+  payload[hdr[1]] = 0;
+  close(sock);
+  run_supervisor(hdr[0], payload, hdr[1], fds, nfds);
+}
+
+/* Z: confined; keeps only the control socket (its standbys report on it) and its own. */
+static void zygote_main(int sock) {
+  if (sock != ctrl + 1 && dup2(sock, ctrl + 1) < 0) _exit(113);
+  sock = ctrl + 1;
+  /* 0-2 stay (as in the executor): descriptors a request brings must land above them */
+  if (ctrl > 3) syscall(SYS_close_range, 3, (unsigned)ctrl - 1, 0);
+  syscall(SYS_close_range, (unsigned)ctrl + 2, ~0U, 0);
+  for (;;) {
+    char c;
+    ssize_t n = read(sock, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) _exit(0); /* the executor dropped us (reset, or it is gone) */
+    int sv[2];
+    int32_t pid = -1;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
+      pid = (int32_t)syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+      if (pid == 0) {
+        close(sock);
+        close(sv[0]);
+        standby_serve(sv[1]);
+      }
+      close(sv[1]);
+      if (pid < 0) close(sv[0]);
+    }
+    int rc = send_with_fds(sock, &pid, sizeof pid, NULL, 0, pid > 0 ? &sv[0] : NULL, pid > 0 ? 1 : 0);
+    if (pid > 0) close(sv[0]);
+    if (rc < 0) _exit(0);
+  }
+}
+
+static void zygote_gone(void) {
+  if (zyg_fd >= 0) close(zyg_fd);
+  zyg_fd = -1;
+  zyg_pid = -1;
+  standby_asked = 0;
+}
+
+static int make_zygote(void) {
+  int sv[2];
+  if (gen_mnt < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return -1;
+  pid_t p = fork();
+  if (p < 0) {
+    close(sv[0]), close(sv[1]);
+    return -1;
+  }
+  if (p == 0) {
+    close(sv[0]);
+    confine_self();
+    zygote_main(sv[1]);
+  }
+  close(sv[1]);
+  zyg_pid = p;
+  zyg_fd = sv[0];
+  return 0;
+}
+
+/* Collect the standby the zygote owes us (it is usually ready long before
+ * it is needed); 0 when there is one.  A zygote that does not answer within
+ * 200 ms (stopped or killed from inside) is dropped. */
+static int collect_standby(void) {
+  if (!standby_asked) return standby_pid >= 0 ? 0 : -1;
+  standby_asked = 0;
+  struct pollfd pf = {zyg_fd, POLLIN, 0};
+  int r;
+  do r = poll(&pf, 1, 200);
+  while (r < 0 && errno == EINTR);
+  int32_t pid = -1;
+  int fd = -1, nfds = 0;
+  if (r == 1 && recv_with_fds(zyg_fd, &pid, sizeof pid, &fd, &nfds) == 0 && pid > 0 && nfds == 1) {
+    standby_pid = pid;
+    standby_fd = fd;
+    return 0;
+  }
+  if (nfds == 1) close(fd);
+  if (pid <= 0 && r == 1) return -1; /* it could not clone now (process limit): try again later */
+  if (zyg_pid > 0) kill(zyg_pid, SIGKILL);
+  zygote_gone();
+  return -1;
+}
+
+/* The old way, without a zygote: fork here and let the child confine itself. */
+static void fork_standby(void) {
   int sv[2];
   if (gen_mnt < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return;
   pid_t p = fork();
@@ -751,19 +857,25 @@ static void make_standby(void) {
   if (p == 0) {
     close(sv[0]);
     confine_self();
-    /* request: u32 id, u32 length, payload; descriptors with the first bytes */
-    uint32_t hdr[2];
-    int fds[MAX_FDS], nfds = 0;
-    if (recv_with_fds(sv[1], hdr, sizeof hdr, fds, &nfds) < 0) _exit(0); /* the executor dropped us */
-    char *payload = malloc((size_t)hdr[1] + 1);
-    if (!payload || (hdr[1] && read_all(sv[1], payload, hdr[1]) < 0)) _exit(0);
-    payload[hdr[1]] = 0;
-    close(sv[1]);
-    run_supervisor(hdr[0], payload, hdr[1], fds, nfds);
+    standby_serve(sv[1]);
   }
   close(sv[1]);
   standby_pid = p;
   standby_fd = sv[0];
+}
+
+static void make_standby(void) {
+  if (standby_pid >= 0 || standby_asked) return;
+  if (zyg_fd >= 0 || make_zygote() == 0) {
+    kill(zyg_pid, SIGCONT); /* as for standbys: a command may have stopped it */
+    if (write(zyg_fd, "s", 1) == 1) {
+      standby_asked = 1;
+      return;
+    }
+    if (zyg_pid > 0) kill(zyg_pid, SIGKILL);
+    zygote_gone();
+  }
+  fork_standby();
 }
 
 static void drop_standby(void) {
@@ -774,7 +886,8 @@ static void drop_standby(void) {
 
 /* Hand a request to the standby supervisor; 0 on success. */
 static int hand_to_standby(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
-  if (standby_pid < 0) return -1;
+  if (collect_standby() < 0) return -1;
+  kill(standby_pid, SIGCONT); /* commands run as our uid: one may have stopped it */
   uint32_t hdr[2] = {id, (uint32_t)plen};
   if (send_with_fds(standby_fd, hdr, sizeof hdr, payload, plen, fds, nfds) < 0) {
     kill(standby_pid, SIGKILL); /* it died (or was killed from inside): forget it */
@@ -798,8 +911,9 @@ static void add_child(uint32_t id, pid_t pid) {
 }
 
 static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
-  pid_t s = standby_pid;
+  pid_t s;
   if (hand_to_standby(id, payload, plen, fds, nfds) == 0) {
+    s = standby_pid;
     standby_pid = -1;
   } else {
     s = fork();
@@ -816,7 +930,7 @@ static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds
   }
   close_fds(fds, nfds);
   add_child(id, s);
-  make_standby(); /* for the next request; it confines itself meanwhile */
+  make_standby(); /* for the next request: the zygote clones one meanwhile */
   /* no reply on success: the host learns the outcome from 'X' */
 }
 
@@ -832,6 +946,7 @@ static void do_kill(uint32_t id, const char *how) {
       } else {
         kill(children[i].pid, SIGTERM);
       }
+      kill(children[i].pid, SIGCONT); /* a supervisor stopped from inside could not act on it */
       return;
     }
 }
@@ -967,6 +1082,7 @@ static void reap(void) {
     pid_t p = waitpid(-1, &st, WNOHANG | __WALL);
     if (p <= 0) return;
     if (p == standby_pid) drop_standby(); /* killed from inside: the next spawn makes one */
+    if (p == zyg_pid) zygote_gone();      /* likewise: standbys are forked here until then */
     for (size_t i = 0; i < n_children; i++)
       if (children[i].pid == p) {
         if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) { /* S did not get to report */
@@ -1159,7 +1275,7 @@ int main(int argc, char **argv) {
   if (root_fd < 0 || proc_fd < 0 || chroot("/proc") < 0 || chdir("/") < 0) die("moving into /proc");
   if (new_generation() < 0) die("setting up the sandbox's filesystem");
   send_str('H', 0, "sandboxlite-executor 2");
-  make_standby(); /* confines itself while the host reads the hello */
+  make_standby(); /* the zygote confines itself while the host reads the hello */
   for (;;) {
     int r = poll(pfds, 2 + n_sinks, -1);
     if (r < 0) {
