@@ -178,7 +178,10 @@ def build_argv(
         else:  # a workdir of its own, writable like /testbed
             argv += ["--dir", config.workdir]
             gen.append(f"wtmpfs={config.workdir}")
-    argv += ["--remount-ro", "/"]
+    if lower is None:
+        # commands see the jail's root through a bind the executor makes read-only in each generation
+        # (a remount by bwrap costs ~0.2 ms: it re-reads the mount table); with an overlay they never see it
+        gen.append("rootro=1")
     argv += [f"/proc/self/fd/{fds.executor}", f"ctrl={fds.ctrl}", f"exe={fds.executor}", f"seccomp={fds.seccomp}"]
     argv += gen + rlimits
     return argv

@@ -373,6 +373,7 @@ static unsigned long long sz_upper = 1ull << 30, sz_tmp = 1ull << 30, sz_testbed
 static int testbed_tmpfs = 1;
 static const char *binds[64]; /* caller mounts carried into an overlay root */
 static int devdir; /* /dev is a ready-made directory of nodes: mount devpts per generation */
+static int rootro; /* make the generation's bind of the jail's root read-only (bwrap left it writable) */
 static int n_binds;
 static const char *wtmpfs[8]; /* extra tmpfs (a workdir outside the writable places) */
 static int n_wtmpfs;
@@ -437,6 +438,8 @@ static void gen_child(int ready_w, int hold_r) {
     }
   } else {
     bind_at("/", root);
+    if (rootro && mount(NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+      gen_fail("read-only", root);
   }
   snprintf(path, sizeof path, "%s/tmp", root);
   tmpfs_at(path, sz_tmp, 01777);
@@ -1247,6 +1250,8 @@ int main(int argc, char **argv) {
       wtmpfs[n_wtmpfs++] = a + 7;
     else if (strcmp(a, "devdir=1") == 0)
       devdir = 1;
+    else if (strcmp(a, "rootro=1") == 0)
+      rootro = 1;
     else if (strncmp(a, "mkdir=", 6) == 0 && n_mkdirs < 8)
       mkdirs[n_mkdirs++] = a + 6;
     else
