@@ -115,6 +115,9 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
         first["sandbox_uses_cgroup"] = bool(sb.info.get("cgroup"))
         first["sandbox_host_uid"] = sb.info.get("host_uid", os.geteuid())
         first["copy_on_write_root"] = sb.info.get("copy_on_write_root")
+        # a root caller's start-up shortcuts (netns.py, devnodes.py): what the cold numbers include
+        first["netns"] = sb.info.get("netns")
+        first["dev"] = sb.info.get("dev")
         live_argv = list(sb.argv)
         plan = sb.rootfs_plan
         sb.close()
@@ -267,6 +270,7 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
         log(f"  LEAK: {p}")
     log(f"first sandbox of the process (untimed in rounds): {first['first_cold_true_ms']:.1f} ms; "
         f"load average at the end {machine['load_avg_end']}")
+    log(f"sandboxlite's network namespace: {first['netns']}; /dev: {first['dev']}")
     write_json(doc, json_path)
     log(f"wrote {json_path}  ({doc['params']['wall_s']} s)")
     if opts.chart:
