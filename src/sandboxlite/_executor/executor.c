@@ -835,15 +835,16 @@ static int collect_standby(void) {
   do r = poll(&pf, 1, 200);
   while (r < 0 && errno == EINTR);
   int32_t pid = -1;
-  int fd = -1, nfds = 0;
-  if (r == 1 && recv_with_fds(zyg_fd, &pid, sizeof pid, &fd, &nfds) == 0 && pid > 0 && nfds == 1) {
+  int fds[MAX_FDS], nfds = 0;
+  int got = r == 1 && recv_with_fds(zyg_fd, &pid, sizeof pid, fds, &nfds) == 0;
+  if (got && pid > 0 && nfds == 1) {
     standby_pid = pid;
-    standby_fd = fd;
+    standby_fd = fds[0];
     return 0;
   }
-  if (nfds == 1) close(fd);
-  if (pid <= 0 && r == 1) return -1; /* it could not clone now (process limit): try again later */
-  if (zyg_pid > 0) kill(zyg_pid, SIGKILL);
+  close_fds(fds, nfds);
+  if (got && pid <= 0) return -1; /* it answered but could not clone now (process limit) */
+  if (zyg_pid > 0) kill(zyg_pid, SIGKILL); /* silent, gone or garbled: drop it */
   zygote_gone();
   return -1;
 }
@@ -871,7 +872,7 @@ static void make_standby(void) {
   if (standby_pid >= 0 || standby_asked) return;
   if (zyg_fd >= 0 || make_zygote() == 0) {
     kill(zyg_pid, SIGCONT); /* as for standbys: a command may have stopped it */
-    if (write(zyg_fd, "s", 1) == 1) {
+    if (send(zyg_fd, "s", 1, MSG_NOSIGNAL) == 1) {
       standby_asked = 1;
       return;
     }
