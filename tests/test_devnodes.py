@@ -71,6 +71,10 @@ def test_build_makes_exactly_the_nodes_and_problems_spots_tampering(tmp_path):
     os.chmod(d, 0o777)
     assert any("writable only by it" in p for p in devnodes.problems(d))
     os.chmod(d, 0o755)
+    with open(os.path.join(d, "shm", "planted"), "w"):
+        pass
+    assert any("shm" in p for p in devnodes.problems(d))
+    os.unlink(os.path.join(d, "shm", "planted"))
     os.symlink("/etc/shadow", os.path.join(d, "extra"))
     assert any("extra" in p for p in devnodes.problems(d))
     assert devnodes.problems(str(tmp_path / "missing"))

@@ -63,9 +63,14 @@ def problems(path: str | None = None) -> list[str]:
         if not os.path.islink(p) or os.readlink(p) != target:
             out.append(f"{p} is not a symlink to {target}")
     for name in DIRS:
-        st = os.lstat(os.path.join(path, name)) if os.path.lexists(os.path.join(path, name)) else None
-        if st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-            out.append(f"{path}/{name} is not an empty root-owned directory")
+        p = os.path.join(path, name)
+        try:
+            st = os.lstat(p)
+            ok = stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022 and not os.listdir(p)
+        except OSError:
+            ok = False
+        if not ok:
+            out.append(f"{p} is not an empty root-owned directory")
     return out
 
 
@@ -90,10 +95,13 @@ def build(path: str | None = None) -> None:
             if not os.path.isdir(path):  # not simply another process that won the race
                 raise
     finally:
-        if os.path.lexists(tmp):
+        if os.path.lexists(tmp):  # it failed half-way, or another process renamed its own first
             for name in os.listdir(tmp):
                 p = os.path.join(tmp, name)
-                os.rmdir(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    os.rmdir(p)
+                else:
+                    os.unlink(p)
             os.rmdir(tmp)
 
 

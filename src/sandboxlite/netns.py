@@ -66,10 +66,7 @@ class NetnsPool:
             if self._broken is not None or self.size == 0:
                 return None
             fd = self._ready.pop() if self._ready else None
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._refill, name="sandboxlite-netns", daemon=True)
-                self._thread.start()
-            self._cond.notify()
+            self._start_refill()
             return fd
 
     def ready(self) -> int:
@@ -83,11 +80,16 @@ class NetnsPool:
     def wait_ready(self, n: int, timeout: float) -> bool:
         """Wait until ``n`` namespaces are ready (for benchmarks and tests)."""
         with self._cond:
-            if self._thread is None and self._broken is None and self.size:
-                self._thread = threading.Thread(target=self._refill, name="sandboxlite-netns", daemon=True)
-                self._thread.start()
-                self._cond.notify()
+            if self._broken is None and self.size:
+                self._start_refill()
             return self._cond.wait_for(lambda: len(self._ready) >= n or self._broken is not None, timeout)
+
+    def _start_refill(self) -> None:
+        """Start the refill thread if needed and wake it (the caller holds the lock)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._refill, name="sandboxlite-netns", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
 
     def _refill(self) -> None:
         try:
