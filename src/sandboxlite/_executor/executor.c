@@ -746,9 +746,9 @@ static void run_supervisor(uint32_t id, char *payload, size_t plen, int *fds, in
  * the seccomp filter (~0.2 ms, the filter's JIT most of it); each standby is
  * a clone of Z (CLONE_PARENT: it is still the executor's child, reaped and
  * signalled as before) and inherits all of that for the price of a fork.  Z
- * hands the standby's socket to the executor (SCM_RIGHTS).  Without a zygote
- * (it failed, or a command killed it) the executor forks and confines a
- * standby itself, as it once always did. */
+ * hands the standby's socket to the executor (SCM_RIGHTS).  A zygote that a
+ * command killed is made again; when none can be had, a spawn forks its
+ * supervisor from the executor and it confines itself (see do_spawn). */
 static pid_t standby_pid = -1;
 static int standby_fd = -1;
 static pid_t zyg_pid = -1;
@@ -805,7 +805,9 @@ static void zygote_gone(void) {
   standby_asked = 0;
 }
 
-static int make_zygote(void) {
+/* Fork a child that confines itself, then runs body(its end of a new socket
+ * pair) and never returns; 0 with *pid and *fd (our end), or -1. */
+static int fork_confined(void (*body)(int), pid_t *pid, int *fd) {
   int sv[2];
   if (gen_mnt < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return -1;
   pid_t p = fork();
@@ -816,13 +818,16 @@ static int make_zygote(void) {
   if (p == 0) {
     close(sv[0]);
     confine_self();
-    zygote_main(sv[1]);
+    body(sv[1]);
+    _exit(0);
   }
   close(sv[1]);
-  zyg_pid = p;
-  zyg_fd = sv[0];
+  *pid = p;
+  *fd = sv[0];
   return 0;
 }
+
+static int make_zygote(void) { return fork_confined(zygote_main, &zyg_pid, &zyg_fd); }
 
 /* Collect the standby the zygote owes us (it is usually ready long before
  * it is needed); 0 when there is one.  A zygote that does not answer within
@@ -849,37 +854,18 @@ static int collect_standby(void) {
   return -1;
 }
 
-/* The old way, without a zygote: fork here and let the child confine itself. */
-static void fork_standby(void) {
-  int sv[2];
-  if (gen_mnt < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return;
-  pid_t p = fork();
-  if (p < 0) {
-    close(sv[0]), close(sv[1]);
-    return;
-  }
-  if (p == 0) {
-    close(sv[0]);
-    confine_self();
-    standby_serve(sv[1]);
-  }
-  close(sv[1]);
-  standby_pid = p;
-  standby_fd = sv[0];
-}
-
+/* Ask the zygote (made first if there is none) for the next standby.  When
+ * that fails the next spawn forks and confines its supervisor itself. */
 static void make_standby(void) {
   if (standby_pid >= 0 || standby_asked) return;
-  if (zyg_fd >= 0 || make_zygote() == 0) {
-    kill(zyg_pid, SIGCONT); /* as for standbys: a command may have stopped it */
-    if (send(zyg_fd, "s", 1, MSG_NOSIGNAL) == 1) {
-      standby_asked = 1;
-      return;
-    }
-    if (zyg_pid > 0) kill(zyg_pid, SIGKILL);
-    zygote_gone();
+  if (zyg_fd < 0 && make_zygote() < 0) return;
+  kill(zyg_pid, SIGCONT); /* as for standbys: a command may have stopped it */
+  if (send(zyg_fd, "s", 1, MSG_NOSIGNAL) == 1) {
+    standby_asked = 1;
+    return;
   }
-  fork_standby();
+  kill(zyg_pid, SIGKILL);
+  zygote_gone();
 }
 
 static void drop_standby(void) {
