@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from sandboxlite import Sandbox, devnodes
+from sandboxlite import ConfigError, Sandbox, devnodes
 from sandboxlite.bwrap import BwrapInfo, JailFds, build_argv
 from sandboxlite.config import SandboxConfig
 from sandboxlite.rootfs import RootfsPlan
@@ -126,4 +126,17 @@ def test_falls_back_to_bwrap_dev_when_it_cannot_be_made(monkeypatch):
     monkeypatch.setattr(devnodes, "_state", None)
     monkeypatch.setattr(devnodes, "DIR", "/proc/no-such-dir/dev")  # cannot be made there
     assert devnodes.prepare() is None and "cannot make" in devnodes.reason()
+    monkeypatch.setattr(devnodes, "_state", None)
+
+
+def test_an_unknown_dev_mode_is_a_config_error(monkeypatch):
+    monkeypatch.setattr(devnodes, "_state", None)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setenv("SANDBOXLITE_DEV", "tmpfs")
+    with pytest.raises(ConfigError) as e:
+        devnodes.prepare()
+    assert e.value.field == "SANDBOXLITE_DEV" and "'tmpfs'" in str(e.value) and e.value.hint
+    monkeypatch.setenv("SANDBOXLITE_DEV", "auto")
+    monkeypatch.setattr(devnodes, "_state", None)
+    monkeypatch.undo()
     monkeypatch.setattr(devnodes, "_state", None)

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from sandboxlite import Sandbox, executor, netns
+from sandboxlite import ConfigError, Sandbox, executor, netns
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only a root caller's launcher can join a namespace")
 HOST_NET = os.readlink("/proc/self/ns/net")
@@ -17,13 +17,39 @@ LOOPBACK_ROUND_TRIP = (
 )
 
 
-@pytest.mark.parametrize("raw, size", [(None, 4), ("0", 0), ("12", 12), ("-3", 0), ("lots", 0), ("100000", 256)])
+@pytest.mark.parametrize("raw, size", [(None, 4), ("", 4), ("0", 0), ("12", 12), (" 256 ", 256)])
 def test_pool_size_from_the_environment(monkeypatch, raw, size):
     if raw is None:
         monkeypatch.delenv("SANDBOXLITE_NETNS_POOL", raising=False)
     else:
         monkeypatch.setenv("SANDBOXLITE_NETNS_POOL", raw)
     assert netns.pool_size() == size
+
+
+@pytest.mark.parametrize("raw", ["-3", "lots", "1.5", "257", "100000"])
+def test_a_bad_pool_size_is_a_config_error_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv("SANDBOXLITE_NETNS_POOL", raw)
+    with pytest.raises(ConfigError) as e:
+        netns.pool_size()
+    assert e.value.field == "SANDBOXLITE_NETNS_POOL" and repr(raw) in str(e.value) and e.value.hint
+
+
+@root_only
+def test_a_bad_setting_stops_a_sandbox_before_it_opens_anything(monkeypatch):
+    import psutil
+
+    me = psutil.Process()
+    with Sandbox(rootfs="host", network="host"):  # what a first sandbox opens once per process
+        pass
+    monkeypatch.setattr(netns, "_pool", None)
+    monkeypatch.setenv("SANDBOXLITE_NETNS_POOL", "lots")
+    fds, children = me.num_fds(), me.children()
+    with pytest.raises(ConfigError, match="SANDBOXLITE_NETNS_POOL"):
+        Sandbox(rootfs="host")
+    assert me.num_fds() == fds and me.children() == children
+    monkeypatch.delenv("SANDBOXLITE_NETNS_POOL")
+    with Sandbox(rootfs="host", network="host") as sb:  # no namespace wanted: the setting is not read
+        assert sb.exec("true").exit_code == 0
 
 
 @pytest.fixture

@@ -24,6 +24,8 @@ import os
 import stat
 import threading
 
+from .errors import ConfigError
+
 DIR = "/dev/.sandboxlite-1"
 
 # name -> (major, minor): the nodes bwrap's --dev provides
@@ -123,7 +125,11 @@ def reason() -> str:
 def _prepare() -> tuple[str | None, str]:
     if os.geteuid() != 0:
         return None, "only root can make device nodes: bwrap's --dev is used"
-    if os.environ.get("SANDBOXLITE_DEV", "") == "bwrap":
+    mode = os.environ.get("SANDBOXLITE_DEV", "").strip()
+    if mode not in ("", "auto", "bwrap"):
+        raise ConfigError("SANDBOXLITE_DEV", f"must be auto or bwrap, got {mode!r}",
+                          hint="unset it (auto: a ready-made /dev for root callers), or bwrap for bwrap's --dev")
+    if mode == "bwrap":
         return None, "SANDBOXLITE_DEV=bwrap: bwrap's --dev is used"
     try:
         if not os.path.lexists(DIR):

@@ -166,9 +166,13 @@ def check_fast_start() -> Check:
     if os.geteuid() != 0:
         return Check("fast start", "ok", "not root: bwrap makes /dev and the network namespace (~1 ms more per start)")
     notes = []
-    if devnodes.prepare() is None:
+    try:
+        dev = devnodes.prepare()
+        pool = netns.pool()
+    except SandboxError as e:
+        return Check("fast start", "fail", e.message, e.hint or "")
+    if dev is None:
         notes.append(devnodes.reason())
-    pool = netns.pool()
     if pool.size == 0:
         notes.append("SANDBOXLITE_NETNS_POOL=0: bwrap makes each network namespace")
     elif not pool.wait_ready(1, 5) or pool.broken:

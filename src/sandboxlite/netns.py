@@ -18,7 +18,7 @@ bwrap's own namespace.  Non-root callers cannot join such a namespace and keep
 ``--unshare-net``.
 
 ``SANDBOXLITE_NETNS_POOL=N`` sets how many are kept ready (default 4; 0 turns
-the pool off).  When the pool is empty a sandbox does not wait: bwrap makes
+the pool off; anything else is a ConfigError when a sandbox starts).  When the pool is empty a sandbox does not wait: bwrap makes
 its namespace as before.
 """
 
@@ -31,6 +31,8 @@ import socket
 import struct
 import threading
 
+from .errors import ConfigError
+
 CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
@@ -39,14 +41,14 @@ DEFAULT_SIZE = 4
 
 
 def pool_size() -> int:
-    """``SANDBOXLITE_NETNS_POOL`` (default 4; 0 or a non-number turns the pool off)."""
-    raw = os.environ.get("SANDBOXLITE_NETNS_POOL")
-    if raw is None:
+    """``SANDBOXLITE_NETNS_POOL``: how many to keep ready (default 4, 0 turns the pool off, at most 256)."""
+    raw = os.environ.get("SANDBOXLITE_NETNS_POOL", "").strip()
+    if not raw:
         return DEFAULT_SIZE
-    try:
-        return max(0, min(int(raw), 256))
-    except ValueError:
-        return 0
+    if not raw.isdigit() or int(raw) > 256:
+        raise ConfigError("SANDBOXLITE_NETNS_POOL", f"must be a whole number from 0 to 256, got {raw!r}",
+                          hint="unset it for the default (4), or 0 to make every namespace in bwrap")
+    return int(raw)
 
 
 class NetnsPool:

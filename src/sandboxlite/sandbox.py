@@ -240,6 +240,14 @@ class Sandbox:
             nproc_enforced=True,  # the jail's uid is never host root, so RLIMIT_NPROC binds
         )
 
+        # decided before anything below exists (a bad setting raises with nothing to clean up):
+        # a root caller's jail gets a ready-made /dev (devnodes.py) and a network namespace made
+        # ahead of time, which its launcher joins (netns.py)
+        lower = self._copy_on_write_lower(plan)
+        dev = devnodes.prepare() if self.host_ids is not None else None
+        self._dev = dev
+        nets = netns.pool() if self.host_ids is not None and config.network == "none" else None
+
         # A root caller's launcher joins cgroup v1 groups itself, before it executes bwrap
         # (cheap: see launcher_x86_64.c); otherwise the jail's init is attached from here.
         join_early = use_cgroup and self.host_ids is not None and support.kind == "v1"
@@ -251,12 +259,7 @@ class Sandbox:
         sec_fd = seccomp.filter_fd()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
-        lower = self._copy_on_write_lower(plan)
-        # a root caller's jail gets a ready-made /dev (devnodes.py) and a network namespace made
-        # ahead of time, which its launcher joins (netns.py)
-        dev = devnodes.prepare() if self.host_ids is not None else None
-        self._dev = dev
-        net_fd = netns.pool().take() if self.host_ids is not None and config.network == "none" else None
+        net_fd = nets.take() if nets is not None else None
         self._netns_pooled = net_fd is not None
         fds = bwrap.JailFds(ctrl=child.fileno(), executor=exe_fd, seccomp=sec_fd, info=info_w, netns=net_fd)
         try:
