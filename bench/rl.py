@@ -95,30 +95,17 @@ def bench_release(pool: SandboxPool, n: int) -> list[float]:
     return out
 
 
-def bench_reset(pool: SandboxPool, n: int) -> list[float]:
+def bench_reset(pool: SandboxPool, n: int, *, after_done: bool = False) -> list[float]:
+    """Time env.reset() mid-episode, or (after_done) after an episode whose final step
+    (submit) already gave the sandbox back."""
     env = SandboxEnv(pool=pool)
     out = []
     try:
         env.reset(options={"task": TASK})
         for _ in range(n):
             env.step(DIRTY)
-            t0 = time.perf_counter()
-            env.reset(options={"task": TASK})
-            out.append(time.perf_counter() - t0)
-    finally:
-        env.close()
-    return out
-
-
-def bench_reset_after_done(pool: SandboxPool, n: int) -> list[float]:
-    """reset() after an episode that ended: its final step already gave the sandbox back."""
-    env = SandboxEnv(pool=pool)
-    out = []
-    try:
-        for _ in range(n):
-            env.reset(options={"task": TASK})
-            env.step(DIRTY)
-            env.step(call("submit", {}, 1))
+            if after_done:
+                env.step(call("submit", {}, 1))
             t0 = time.perf_counter()
             env.reset(options={"task": TASK})
             out.append(time.perf_counter() - t0)
@@ -218,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             summary("acquire", bench_acquire(pool, n_acq)),
             summary("release_reset", bench_release(pool, n_reset)),
             summary("pooled_reset", bench_reset(pool, n_reset)),
-            summary("reset_after_done", bench_reset_after_done(pool, n_reset)),
+            summary("reset_after_done", bench_reset(pool, n_reset, after_done=True)),
         ]
         all_steps, first = bench_steps(pool, episodes, steps)
         rows += [summary("step_overhead", all_steps), summary("first_step", first)]
