@@ -1,8 +1,10 @@
 """``SandboxPool``: sandboxes kept warm, for many short episodes (RL rollouts, evals).
 
 ``acquire()`` hands out a ready sandbox; ``release()`` resets it in place (about a millisecond)
-and takes it back.  A sandbox that crashed or cannot be reset is closed and replaced.  Thread-safe;
-``acquire_async`` / ``release_async`` for asyncio code.
+and takes it back.  A sandbox that crashed or cannot be reset is closed and replaced; if the
+replacement cannot start, its slot is kept empty and the next ``acquire()`` tries again (raising
+why it failed), so the pool never shrinks or hangs.  Thread-safe; ``acquire_async`` /
+``release_async`` for asyncio code.
 
     pool = SandboxPool(size=8, rootfs="science")
     with pool.sandbox() as sb:          # acquire ... release, also on exceptions
@@ -12,6 +14,7 @@ and takes it back.  A sandbox that crashed or cannot be reset is closed and repl
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -23,6 +26,8 @@ from typing import Any
 from .config import SandboxConfig
 from .errors import ConfigError, SandboxClosed, SandboxError
 from .sandbox import Sandbox
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -50,6 +55,7 @@ class SandboxPool:
         self._idle: deque[Sandbox] = deque()
         self._busy: set[int] = set()
         self._all: list[Sandbox] = []
+        self._empty = 0  # slots whose sandbox crashed and could not be replaced: acquire() refills them
         self._closed = False
         self._waiters: deque = deque()  # (loop, future) of acquire_async callers
         try:
@@ -66,7 +72,7 @@ class SandboxPool:
         """A ready sandbox, waiting up to ``timeout`` seconds for one (TimeoutError after)."""
         start = time.monotonic()
         with self._cond:
-            while not self._idle:
+            while not self._idle and not self._empty:
                 if self._closed:
                     raise SandboxClosed("the pool is closed")
                 left = None if timeout is None else timeout - (time.monotonic() - start)
@@ -75,30 +81,38 @@ class SandboxPool:
                 self._cond.wait(left)
             if self._closed:
                 raise SandboxClosed("the pool is closed")
-            sb = self._idle.popleft()
-            self._busy.add(id(sb))
+            if self._idle:
+                sb: Sandbox | None = self._idle.popleft()
+                self._busy.add(id(sb))
+            else:
+                sb = None
+                self._empty -= 1
+        if sb is None or not sb.alive():  # an empty slot, or crashed while idle
+            sb = self._replace(sb)
+        with self._cond:
             self.stats.acquires += 1
             self.stats.acquire_wait_s += time.monotonic() - start
-        if not sb.alive():  # crashed while idle
-            sb = self._replace(sb)
         return sb
 
     def release(self, sb: Sandbox) -> None:
-        """Give a sandbox back: it is reset in place (or replaced if that fails)."""
+        """Give a sandbox back: it is reset in place (or replaced if that fails).
+
+        If the replacement cannot start either, the slot is kept empty (the next acquire() tries
+        again) and the error is raised."""
         with self._cond:
             if id(sb) not in self._busy:
                 raise ValueError("this sandbox was not acquired from this pool (or was released already)")
+            self.stats.releases += 1
         try:
             if self._closed:
                 raise SandboxClosed()
             sb.reset()
             self.stats.resets += 1
-        except SandboxError:
+        except Exception:  # closed, crashed, or could not be restarted (e.g. a mount source is gone)
             if not self._closed:
-                sb = self._replace(sb)
+                sb = self._replace(sb)  # if that fails too, the slot is kept empty and this raises
         with self._cond:
             self._busy.discard(id(sb))
-            self.stats.releases += 1
             if self._closed:
                 sb.close()
             else:
@@ -127,8 +141,13 @@ class SandboxPool:
         sb = self.acquire(timeout)
         try:
             yield sb
-        finally:
-            self.release(sb)
+        except BaseException:
+            try:
+                self.release(sb)
+            except Exception:  # never mask the caller's exception; the slot is kept anyway
+                log.warning("releasing a sandbox failed (while an exception propagated)", exc_info=True)
+            raise
+        self.release(sb)
 
     def close(self) -> None:
         """Close every sandbox (busy ones when they are released)."""
@@ -160,7 +179,7 @@ class SandboxPool:
                 pass
             fut = loop.create_future()
             with self._cond:
-                if self._idle or self._closed:  # freed meanwhile: try again at once
+                if self._idle or self._empty or self._closed:  # freed meanwhile: try again at once
                     continue
                 self._waiters.append((loop, fut))
             left = None if deadline is None else deadline - loop.time()
@@ -183,16 +202,33 @@ class SandboxPool:
                 loop.call_soon_threadsafe(lambda f=fut: f.done() or f.set_result(None))
                 return
 
-    def _replace(self, broken: Sandbox) -> Sandbox:
+    def _replace(self, broken: Sandbox | None) -> Sandbox:
+        """A new sandbox, marked busy, for the slot the caller holds: ``broken``'s (acquired), or
+        an empty one (None).  If it cannot start, the slot goes back as empty and this raises."""
+        if broken is not None:
+            try:
+                broken.close()
+            except SandboxError:
+                pass
         try:
-            broken.close()
-        except SandboxError:
-            pass
-        fresh = Sandbox(self.config)
-        with self._cond:
-            self._all = [fresh if s is broken else s for s in self._all]
-            if id(broken) in self._busy:
+            fresh = Sandbox(self.config)
+        except BaseException as e:
+            with self._cond:
+                self._all = [s for s in self._all if s is not broken]
                 self._busy.discard(id(broken))
-                self._busy.add(id(fresh))
+                self._empty += 1
+                self._cond.notify()
+                self._wake_async()
+            if not isinstance(e, Exception):
+                raise
+            why, hint = (e.message, e.hint) if isinstance(e, SandboxError) else (f"{type(e).__name__}: {e}", None)
+            raise SandboxError(
+                f"the pool could not replace a crashed sandbox: {why}",
+                hint=(f"{hint}; " if hint else "") + "the slot is kept and the next acquire() tries again",
+            ) from e
+        with self._cond:
+            self._all = [s for s in self._all if s is not broken] + [fresh]
+            self._busy.discard(id(broken))
+            self._busy.add(id(fresh))
             self.stats.replacements += 1
         return fresh
