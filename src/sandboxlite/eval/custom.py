@@ -9,8 +9,8 @@
     {"id": "q4", "question": "Which is a noble gas?\\nA. N\\nB. Ar", "answer": "B", "scoring": "choice"}
 
 Keys: ``id`` and ``question`` and ``answer`` (required); ``scoring``: ``exact`` (the default:
-case, spaces and punctuation at the ends ignored), ``numeric`` (relative ``tolerance``, default
-1e-6), ``contains`` (the reference appears in the final answer), ``choice`` (a letter; ``letters``
+case, spaces, thousands separators and punctuation at the ends ignored: ``normalize`` mode
+"exact"), ``numeric`` (relative ``tolerance``, default 1e-6), ``contains`` (the reference appears in the final answer), ``choice`` (a letter; ``letters``
 default "ABCD"), ``math`` (math-verify); ``files``: name -> text, put in /testbed/input (sandbox
 mode) or inlined (vanilla mode); ``domain``: the name in the tables (default: the file's stem).
 
@@ -29,6 +29,7 @@ from typing import Any
 from ..errors import TaskError
 from .domains import safe_id
 from .items import Domain, EvalItem
+from .normalize import normalize
 from .score import Score
 
 SCORINGS = ("exact", "numeric", "contains", "choice", "math")
@@ -48,11 +49,6 @@ def final_answer(response: str) -> str:
         return lines[-1].strip()
     rest = [line.strip() for line in response.strip().splitlines() if line.strip()]
     return rest[-1] if rest else ""
-
-
-def _norm(text: str) -> str:
-    text = re.sub(r"\\text\{([^{}]*)\}", r"\1", text)
-    return " ".join(text.lower().split()).strip(" .,;:!?\"'`*$")
 
 
 def _number(text: str) -> float | None:
@@ -80,9 +76,10 @@ def score_row(response: str, ref: dict[str, Any]) -> Score:
         a, b = _number(got), _number(gold)
         ok = a is not None and b is not None and math.isclose(a, b, rel_tol=ref.get("tolerance", 1e-6), abs_tol=1e-12)
     elif kind == "contains":
-        ok = bool(_norm(gold)) and _norm(gold) in _norm(got)
+        want = normalize(gold, "exact")
+        ok = bool(want) and want in normalize(got, "exact")
     else:
-        ok = _norm(got) == _norm(gold)
+        ok = normalize(got, "exact") == normalize(gold, "exact")
     return Score(1.0 if ok else 0.0, got, details={"scoring": kind})
 
 

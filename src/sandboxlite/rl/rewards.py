@@ -5,14 +5,13 @@ no such file); ``info`` holds ``exit_reason``, ``steps``, ``usage``, ``messages`
 ``sandbox`` (still acquired: a reward function may run checks in it, e.g. a test suite).
 
 The default, :func:`exact_match`, compares the answer with ``task.metadata["answer"]`` after
-normalisation (whitespace, case, a trailing period, surrounding ``$``/``\\boxed{}``, thousands
-separators; numbers compare by value), and gives 0 when the task has no reference answer.
+normalisation (whitespace, case, NFKC, a trailing period, surrounding ``$``/``\\boxed{}``,
+thousands separators; numbers compare by value), and gives 0 when the task has no reference answer.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Protocol
 
 __all__ = ["RewardFn", "domain_reward", "domain_tasks", "exact_match", "normalize_answer", "zero_reward"]
@@ -22,27 +21,12 @@ class RewardFn(Protocol):
     def __call__(self, task: Any, answer: str | None, info: dict) -> float: ...
 
 
-_BOXED = re.compile(r"^\\boxed\{(.*)\}$", re.S)
-_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
-
-
 def normalize_answer(text: str) -> str:
-    """The comparable form of an answer: stripped, casefolded, single spaces, no wrapping."""
-    s = text.strip()
-    for _ in range(3):  # peel $...$, \boxed{...}, a trailing period, in any nesting
-        before = s
-        if len(s) >= 2 and s[0] == s[-1] == "$":
-            s = s[1:-1].strip()
-        m = _BOXED.match(s)
-        if m:
-            s = m.group(1).strip()
-        if s.endswith(".") and not s.endswith(".."):
-            s = s[:-1].rstrip()
-        if s == before:
-            break
-    if _THOUSANDS.match(s):
-        s = s.replace(",", "")
-    return " ".join(s.casefold().split())
+    """The comparable form of an answer: stripped, casefolded, single spaces, no wrapping
+    (``sandboxlite.eval.normalize.normalize(text, "reward")``)."""
+    from ..eval.normalize import normalize
+
+    return normalize(text, "reward")
 
 
 def _number(s: str) -> float | None:

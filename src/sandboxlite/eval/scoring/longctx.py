@@ -1,19 +1,20 @@
 """Long-context answers (AA-LCR), scored by rules as a stand-in for the paper's LLM judge.
 
-``normalize_answer`` is the SQuAD normalisation (lowercase, no punctuation, no articles, single
-spaces); ``rouge_l`` is the LCS-based F1 over normalised tokens; ``extract_final_answer`` reads
-the response's final answer (the last ``\\boxed{}``, else what follows the last "Answer:" /
-"Final answer:" marker, else the whole text); ``score_long_context`` gives 1.0 when the
-normalised reference equals, or appears as a whole-token run inside, the normalised final
-answer.  Every score is ``approximate``: containment misses correct paraphrases (a judge would
-accept them) and accepts a long answer that merely mentions the reference.
+``normalize_answer`` is the SQuAD normalisation, ``eval.normalize`` mode "squad" (lowercase, no
+punctuation, no articles, single spaces; numbers and dotted acronyms kept whole); ``rouge_l`` is
+the LCS-based F1 over normalised tokens; ``extract_final_answer`` reads the response's final
+answer (the last ``\\boxed{}``, else what follows the last "Answer:" / "Final answer:" marker,
+else the whole text); ``score_long_context`` gives 1.0 when the normalised reference equals, or
+appears as a whole-token run inside, the normalised final answer.  Every score is
+``approximate``: containment misses correct paraphrases (a judge would accept them) and accepts a
+long answer that merely mentions the reference.
 """
 
 from __future__ import annotations
 
 import re
-import string
 
+from ..normalize import normalize
 from ..score import Score
 from .mathans import last_boxed
 
@@ -21,16 +22,13 @@ __all__ = ["answer_after_marker", "extract_final_answer", "normalize_answer", "r
 
 MAX_EXTRACTED_CHARS = 2000  # what ``Score.extracted`` keeps of a long final answer
 
-_ARTICLES_RE = re.compile(r"\b(?:a|an|the)\b")
-_PUNCT_TABLE = str.maketrans({ch: " " for ch in string.punctuation + "“”‘’–—…"})
 _MARKER_RE = re.compile(r"(?:final\s+answer|answer)\s*(?:is\s*)?[:：]", re.IGNORECASE)
 
 
 def normalize_answer(text: str) -> str:
-    """Lowercase, punctuation to spaces, articles (a/an/the) dropped, whitespace collapsed."""
-    s = (text or "").lower().translate(_PUNCT_TABLE)
-    s = _ARTICLES_RE.sub(" ", s)
-    return " ".join(s.split())
+    """``normalize(text, "squad")``: lowercase, punctuation to spaces (but "3.14", "-76" and
+    "U.S.A." -> "usa" stay one token), articles (a/an/the) dropped, whitespace collapsed."""
+    return normalize(text, "squad")
 
 
 def _lcs_length(a: list[str], b: list[str]) -> int:
