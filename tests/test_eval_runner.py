@@ -191,6 +191,7 @@ def test_errors_are_recorded_not_fatal(tmp_path: Path) -> None:
     recs = {r["id"]: r for r in read_results(tmp_path / "out" / "results.jsonl").values()}
     assert recs["ok"]["score"] == 1.0 and recs["ok"]["error"] is None
     assert "endpoint down" in recs["model"]["error"] and recs["model"]["score"] == 0.0
+    assert recs["model"]["reason"] == "model_error" and recs["ok"]["reason"] == "submitted"
     assert recs["scorer"]["error"] == "ValueError: the scorer broke" and recs["scorer"]["score"] == 0.0
     cell = result.summary["domains"]["errs"]["sandbox"]
     assert cell["errors"] == 2 and cell["mean"] == pytest.approx(1 / 3)

@@ -147,6 +147,7 @@ def test_limits_reach_the_trajectories(pool):
     for t in g.trajectories:
         assert t.truncated and not t.terminated and len(t.turns) == 3 and t.reward == pytest.approx(-1.5)
         assert t.exit_reason == "limits exceeded: max_steps=3 reached" and t.task_reward is None
+        assert t.reason == "max_steps"  # an ExitReason (a str enum)
 
 
 def test_concurrency_and_policy_concurrency_are_bounded():

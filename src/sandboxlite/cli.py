@@ -140,6 +140,7 @@ def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token
         constrained, output_dir, prompt_file, mode, quiet) -> None:  # fmt: skip
     """Let a model solve TASK.json inside a fresh sandbox; outputs land in --output-dir."""
     from .agent.loop import AgentLimits
+    from .agent.outcome import ExitReason
     from .agent.profiles import resolve_model
     from .agent.run import run_task
     from .agent.task import Task
@@ -169,7 +170,7 @@ def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token
         click.echo(answer)
     if not result.ok:
         click.echo(f"sandboxlite: the run ended without an answer: {result.exit_reason}", err=True)
-        sys.exit(EXIT_MODEL if result.exit_reason.startswith("model error") else EXIT_NOT_SUBMITTED)
+        sys.exit(EXIT_MODEL if result.reason is ExitReason.MODEL_ERROR else EXIT_NOT_SUBMITTED)
 
 
 def _print_step(agent, step) -> None:

@@ -176,4 +176,9 @@ class Submitted(AgentError):
 
 
 class LimitsExceeded(AgentError):
-    """A limit (steps, tokens, wall time, format errors in a row) ended the run."""
+    """A limit (steps, tokens, wall time, format errors in a row) ended the run; ``reason`` names
+    which (an ``ExitReason`` value of the agent layer, e.g. "max_steps")."""
+
+    def __init__(self, message: str, *, reason: str, hint: str | None = None) -> None:
+        self.reason = reason
+        super().__init__(message, hint=hint)

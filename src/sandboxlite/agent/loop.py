@@ -1,9 +1,11 @@
 """The agent loop: ask the model, run every tool call it makes, feed the results back.
 
-Small on purpose (after mini-swe-agent): a few exceptions steer it.
+Small on purpose (after mini-swe-agent): a few exceptions steer it inside.
 ``Submitted`` ends it well, ``LimitsExceeded`` ends it early, ``FormatError`` and
 ``ToolError`` go back to the model as messages (a bounded number of format
-errors in a row, then the run ends with that reason).
+errors in a row, then the run ends with that reason).  Callers never catch them:
+``Agent.step()`` returns a ``StepOutcome`` and ``Agent.run()`` an ``Outcome``
+(``ExitReason`` + detail, see ``outcome.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ContextOverflow, FormatError, LimitsExceeded, ModelError, Submitted, ToolError
+from ..errors import ContextOverflow, FormatError, LimitsExceeded, ModelError, SandboxError, Submitted, ToolError
+from .outcome import ExitReason, Outcome, StepOutcome
 
 NO_TOOL_CALL = (
     "Your reply did not call a tool. Work on the task with execute_bash or str_replace_editor, "
@@ -44,6 +47,19 @@ class Step:
 
 
 class Agent:
+    """One model working with ``tools`` under ``limits``; ``on_step(agent, step)`` after every turn.
+
+    Drive it with ``run(system, instance) -> Outcome``, or one turn at a time::
+
+        agent.start(system, instance)
+        while not (s := agent.step()).done:
+            ...                                  # s.step: the Step record of the turn
+        s.reason, s.detail                       # ExitReason.MAX_STEPS, "max_steps=3 reached"
+
+    ``messages``, ``steps`` and ``usage`` are the run so far (read them, do not modify them);
+    ``outcome`` is None until the run ends.
+    """
+
     def __init__(
         self,
         model: Any,
@@ -60,23 +76,67 @@ class Agent:
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         self.format_errors = 0
         self.started = 0.0
+        self.outcome: Outcome | None = None
 
-    def run(self, system: str, instance: str) -> str:
-        """Run to the end; returns the exit reason ("submitted", or why it stopped)."""
-        self.messages = [{"role": "system", "content": system}, {"role": "user", "content": instance}]
-        self.started = time.monotonic()
+    def run(self, system: str, instance: str) -> Outcome:
+        """Run to the end (``start``, then ``step`` until done); returns how it ended."""
+        self.start(system, instance)
         while True:
-            try:
-                self.step()
-            except Submitted:
-                return "submitted"
-            except LimitsExceeded as e:
-                return f"limits exceeded: {e.message}"
-            except ModelError as e:
-                return f"model error: {e.message}"
+            s = self.step()
+            if s.outcome is not None:
+                return s.outcome
 
-    def step(self) -> None:
-        self._check_limits()
+    def start(self, system: str, instance: str) -> list[dict[str, Any]]:
+        """Begin a run: the conversation becomes [system, user]; steps, usage, the count of
+        format errors and the wall clock start afresh.  Returns ``messages``."""
+        self.messages = [{"role": "system", "content": system}, {"role": "user", "content": instance}]
+        self.steps, self.format_errors, self.outcome = [], 0, None
+        self.usage = dict.fromkeys(self.usage, 0)
+        self.started = time.monotonic()
+        return self.messages
+
+    def step(self) -> StepOutcome:
+        """Take one model turn: ask the model, run every tool call of its reply, append the
+        messages and the ``Step`` record (then ``on_step`` runs).
+
+        The run ends (``done``, ``outcome`` set) when:
+
+        - the reply called submit: SUBMITTED (also on the turn that reaches a limit);
+        - a limit is reached, checked before the turn (then no turn is taken: wall time may have
+          run out between calls) and after it, so the turn that takes the ``max_steps``-th step
+          or uses up the token or time budget reports it at once: MAX_STEPS, TOKEN_BUDGET,
+          WALL_TIME;
+        - ``max_format_errors`` replies in a row had no usable tool call: FORMAT_ERRORS;
+        - the conversation does not fit the model's context even after clipping old tool
+          outputs: CONTEXT_OVERFLOW;
+        - the model raised ``ModelError``: MODEL_ERROR; a tool raised another ``SandboxError``
+          (the jail failed): SANDBOX_ERROR, the turn left unrecorded (``step`` None).  Both
+          keep the exception in ``outcome.error``.
+
+        A malformed reply or a failing tool call does not end the run: it goes back to the model.
+        Other exceptions (KeyboardInterrupt, one from ``on_step``) propagate, the run unfinished.
+        RuntimeError before ``start`` or after the run ended.
+        """
+        if not self.messages or self.outcome is not None:
+            raise RuntimeError("Agent.step: no run in progress; call start(system, instance) first")
+        n = len(self.steps)
+        try:
+            self._check_limits()
+            self._turn()
+            self._check_limits()
+            outcome = None
+        except Submitted as e:
+            outcome = Outcome(ExitReason.SUBMITTED, e.message)
+        except LimitsExceeded as e:
+            outcome = Outcome(ExitReason(e.reason), e.message)
+        except ModelError as e:
+            outcome = Outcome(ExitReason.MODEL_ERROR, e.message, e)
+        except SandboxError as e:  # the jail failed under the tools
+            outcome = Outcome(ExitReason.SANDBOX_ERROR, str(e), e)
+        self.outcome = outcome
+        return StepOutcome(self.steps[-1] if len(self.steps) > n else None, outcome)
+
+    def _turn(self) -> None:
         t0 = time.monotonic()
         try:
             try:
@@ -86,7 +146,8 @@ class Agent:
                     raise
                 reply = self.model.complete(self.messages, self.tools.schemas())
         except ContextOverflow as e:
-            raise LimitsExceeded(f"the conversation no longer fits the model's context ({e.message})") from None
+            raise LimitsExceeded(f"the conversation no longer fits the model's context ({e.message})",
+                                 reason=ExitReason.CONTEXT_OVERFLOW) from None  # fmt: skip
         except FormatError as e:  # the model's text could not be parsed into a tool call
             reply = getattr(e, "reply", None)
             step = None
@@ -153,7 +214,8 @@ class Agent:
         step.error = message
         self._notify(step)
         if self.format_errors >= self.limits.max_format_errors:
-            raise LimitsExceeded(f"{self.format_errors} replies in a row without a usable tool call; last: {message}")
+            raise LimitsExceeded(f"{self.format_errors} replies in a row without a usable tool call; last: {message}",
+                                 reason=ExitReason.FORMAT_ERRORS)  # fmt: skip
 
     def _notify(self, step: Step) -> None:
         if self.on_step is not None:
@@ -162,8 +224,8 @@ class Agent:
     def _check_limits(self) -> None:
         lim = self.limits
         if len(self.steps) >= lim.max_steps:
-            raise LimitsExceeded(f"max_steps={lim.max_steps} reached")
+            raise LimitsExceeded(f"max_steps={lim.max_steps} reached", reason=ExitReason.MAX_STEPS)
         if lim.max_total_tokens is not None and self.usage["total_tokens"] >= lim.max_total_tokens:
-            raise LimitsExceeded(f"token budget {lim.max_total_tokens} used up")
+            raise LimitsExceeded(f"token budget {lim.max_total_tokens} used up", reason=ExitReason.TOKEN_BUDGET)
         if lim.max_wall_s is not None and time.monotonic() - self.started >= lim.max_wall_s:
-            raise LimitsExceeded(f"wall time {lim.max_wall_s:.0f}s used up")
+            raise LimitsExceeded(f"wall time {lim.max_wall_s:.0f}s used up", reason=ExitReason.WALL_TIME)

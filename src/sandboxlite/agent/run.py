@@ -21,6 +21,7 @@ from ..config import SandboxConfig
 from ..errors import ModelError, SandboxFileError
 from ..sandbox import Sandbox
 from .loop import Agent, AgentLimits, Step
+from .outcome import ExitReason, Outcome
 from .prompts import ANSWER_FILE, OUTPUT_DIR, PromptTemplate
 from .task import Task
 
@@ -30,6 +31,9 @@ MAX_ANSWER_BYTES = 1 << 20
 
 @dataclass
 class RunResult:
+    """What ``run_task`` did.  ``reason`` says how the run ended (an ``ExitReason``: branch on it);
+    ``exit_reason`` is the same as text, with the detail ("limits exceeded: max_steps=3 reached")."""
+
     task_id: str
     exit_reason: str
     submitted: bool
@@ -41,6 +45,7 @@ class RunResult:
     skipped_outputs: list[str] = field(default_factory=list)
     model_s: float = 0.0  # time spent waiting for the model (the rest is sandbox and loop overhead)
     last_message: str | None = None  # the model's last text reply (a fallback when answer.txt is missing)
+    reason: ExitReason | None = None
 
     @property
     def ok(self) -> bool:
@@ -57,7 +62,7 @@ class TrajectoryWriter:
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         self.path = path
-        self.data: dict[str, Any] = {**header, "steps": [], "messages": [], "exit_reason": None}
+        self.data: dict[str, Any] = {**header, "steps": [], "messages": [], "exit_reason": None, "reason": None}
         self.flush()
 
     def update(self, agent: Agent | None = None, *, final: bool = False, **fields: Any) -> None:
@@ -77,7 +82,7 @@ class TrajectoryWriter:
         os.replace(tmp, self.path)
 
 
-def _inputs(task: Task) -> dict[str, str]:
+def task_inputs(task: Task) -> dict[str, str]:
     """name -> text of the inputs (for the prompt; input_dir files are listed, read when small)."""
     if task.input_files:
         return dict(task.input_files)
@@ -119,11 +124,15 @@ def run_task(
 
     ``sandbox``: run in this open sandbox (for example one from a ``SandboxPool``) instead of a
     new one; it is left open, and the caller resets or closes it.
+
+    How the run ended is ``RunResult.reason`` (and trajectory.json's ``reason`` / ``exit_reason``),
+    a model error included.  The jail failing under the tools is raised (the ``SandboxError``),
+    after trajectory.json recorded it as SANDBOX_ERROR; Ctrl-C too, recorded as INTERRUPTED.
     """
     out = Path(output_dir) if output_dir is not None else default_output_dir(task)
     out.mkdir(parents=True, exist_ok=True)
     template = PromptTemplate.load(task.prompt, mode=mode)
-    inputs = _inputs(task)
+    inputs = task_inputs(task)
     system, instance = template.render(task.query, inputs, input_dir=task.input_path)
     limits = limits or AgentLimits(max_steps=task.max_steps, max_wall_s=task.timeout_s)
     writer = TrajectoryWriter(out / "trajectory.json", {
@@ -148,7 +157,7 @@ def _run_in(sb: Sandbox, task: Task, model: Any, system: str, instance: str, lim
             writer: TrajectoryWriter, start: float, on_step: Callable[[Agent, Step], None] | None) -> RunResult:  # fmt: skip
     from .tools import Tools
 
-    answer, skipped, reason = None, [], "interrupted"
+    answer, skipped, outcome = None, [], Outcome(ExitReason.INTERRUPTED)
     stage_inputs(sb, task)
     tools = Tools(sb)
 
@@ -159,9 +168,10 @@ def _run_in(sb: Sandbox, task: Task, model: Any, system: str, instance: str, lim
 
     agent = Agent(model, tools, limits, on_step=step_done)
     try:
-        reason = agent.run(system, instance)
+        outcome = agent.run(system, instance)
     finally:  # also on Ctrl-C: keep what there is
-        writer.update(agent, exit_reason=reason, duration_s=round(time.monotonic() - start, 3))
+        writer.update(agent, exit_reason=outcome.exit_reason, reason=outcome.reason,
+                      duration_s=round(time.monotonic() - start, 3))  # fmt: skip
         try:
             skipped = sb.download(OUTPUT_DIR, out / "files", symlinks=False, max_bytes=MAX_EXPORT_BYTES)
             answer = sb.read_file(ANSWER_FILE, max_bytes=MAX_ANSWER_BYTES).decode("utf-8", "replace")
@@ -172,11 +182,14 @@ def _run_in(sb: Sandbox, task: Task, model: Any, system: str, instance: str, lim
             if answer is not None:
                 (out / "answer.txt").write_text(answer)
             writer.update(agent, skipped_outputs=skipped, answer=answer, final=True)
+    if outcome.reason is ExitReason.SANDBOX_ERROR and outcome.error is not None:
+        raise outcome.error
     last = next((m.get("content") for m in reversed(agent.messages) if m.get("role") == "assistant"
                  and m.get("content")), None)  # fmt: skip
-    return RunResult(task.id, reason, reason == "submitted", answer, len(agent.steps), dict(agent.usage),
-                     round(time.monotonic() - start, 3), str(out), skipped,
-                     model_s=round(sum(s.model_s for s in agent.steps), 4), last_message=last)  # fmt: skip
+    return RunResult(task.id, outcome.exit_reason, outcome.reason is ExitReason.SUBMITTED, answer, len(agent.steps),
+                     dict(agent.usage), round(time.monotonic() - start, 3), str(out), skipped,
+                     model_s=round(sum(s.model_s for s in agent.steps), 4), last_message=last,
+                     reason=outcome.reason)  # fmt: skip
 
 
 def _run_vanilla(task: Task, model: Any, system: str, instance: str, out: Path, writer: TrajectoryWriter,
@@ -186,16 +199,17 @@ def _run_vanilla(task: Task, model: Any, system: str, instance: str, out: Path, 
     t0 = time.monotonic()
     try:
         reply = model.complete(messages, [])
-        reason = "answered"
+        outcome = Outcome(ExitReason.ANSWERED)
     except ModelError as e:
-        reply, reason = None, f"model error: {e.message}"
+        reply, outcome = None, Outcome(ExitReason.MODEL_ERROR, e.message, e)
     answer = reply.content if reply is not None else None
     if reply is not None:
         messages.append(reply.to_message())
     if answer is not None:
         (out / "answer.txt").write_text(answer)
     usage = dict(reply.usage) if reply is not None else {}
-    writer.update(messages=messages, exit_reason=reason, answer=answer, usage=usage,
-                  duration_s=round(time.monotonic() - start, 3), final=True)  # fmt: skip
-    return RunResult(task.id, reason, reason == "answered", answer, 1, usage, round(time.monotonic() - start, 3),
-                     str(out), model_s=round(time.monotonic() - t0, 4), last_message=answer)  # fmt: skip
+    writer.update(messages=messages, exit_reason=outcome.exit_reason, reason=outcome.reason, answer=answer,
+                  usage=usage, duration_s=round(time.monotonic() - start, 3), final=True)  # fmt: skip
+    return RunResult(task.id, outcome.exit_reason, outcome.reason is ExitReason.ANSWERED, answer, 1, usage,
+                     round(time.monotonic() - start, 3), str(out), model_s=round(time.monotonic() - t0, 4),
+                     last_message=answer, reason=outcome.reason)  # fmt: skip

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.loop import AgentLimits
+from ..agent.outcome import ExitReason
 from ..agent.run import run_task
 from ..config import SandboxConfig
 from ..errors import ConfigError
@@ -280,9 +281,9 @@ class Evaluator:
                 response, source = res.answer, "answer.txt" if job.mode == "sandbox" else "reply"
             else:
                 response, source = res.last_message or "", "last_message" if res.last_message else None
-            record.update(exit_reason=res.exit_reason, submitted=res.submitted, steps=res.steps, usage=res.usage,
-                          response_source=source, response=response[:MAX_RESPONSE_CHARS])  # fmt: skip
-            if res.exit_reason.startswith("model error"):
+            record.update(exit_reason=res.exit_reason, reason=res.reason, submitted=res.submitted, steps=res.steps,
+                          usage=res.usage, response_source=source, response=response[:MAX_RESPONSE_CHARS])  # fmt: skip
+            if res.reason is ExitReason.MODEL_ERROR:
                 record["error"] = res.exit_reason
             t1 = time.monotonic()
             score = job.domain.score(item, response, self.judge)

@@ -22,7 +22,8 @@ limits.  A malformed action never raises: it yields a format-error observation (
   ``max_steps``, ``max_total_tokens``, ``max_wall_s``.
 - ``step``: ``terminated`` when the model called ``submit``; ``truncated`` when a limit ended the
   episode (max steps, token budget from the actions' ``usage``, wall time, format errors in a row,
-  or the sandbox failing).  The reward is ``-step_penalty`` on every step, plus
+  or the sandbox failing); the last ``info["reason"]`` says which (an ``ExitReason``: the agent
+  loop's ``Agent.step()`` outcome).  The reward is ``-step_penalty`` on every step, plus
   ``reward_fn(task, answer, info)`` on the step that submits (also on truncation with
   ``grade_truncated=True``); ``answer`` is /testbed/output/answer.txt.  When the episode ends the
   sandbox is released to the pool at once (after the reward function ran).
@@ -54,12 +55,13 @@ from typing import Any
 
 from ..agent.loop import Agent, AgentLimits
 from ..agent.model import AssistantMessage
+from ..agent.outcome import ExitReason, Outcome
 from ..agent.prompts import ANSWER_FILE, PromptTemplate
-from ..agent.run import MAX_ANSWER_BYTES, _inputs, stage_inputs
+from ..agent.run import MAX_ANSWER_BYTES, stage_inputs, task_inputs
 from ..agent.task import Task
 from ..agent.tools import Tools, tool_schemas
 from ..config import SandboxConfig
-from ..errors import LimitsExceeded, SandboxClosed, SandboxError, Submitted
+from ..errors import SandboxClosed, SandboxError
 from ..pool import SandboxPool
 from ..sandbox import Sandbox
 from .actions import to_assistant_message
@@ -131,7 +133,7 @@ class _Episode:
     steps: int = 0
     reward: float = 0.0
     done: bool = False
-    exit_reason: str | None = None
+    outcome: Outcome | None = None
     answer: str | None = None
     task_reward: float | None = None
 
@@ -219,6 +221,13 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
     def usage(self) -> dict[str, int]:
         ep = self._episode
         return dict(ep.agent.usage) if ep is not None else {}
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How the current (or last) episode ended: None while it runs; ``ExitReason.ABANDONED``
+        when a ``reset`` or ``close`` came first."""
+        ep = self._episode
+        return ep.outcome if ep is not None else None
 
     @property
     def episode_over(self) -> bool:
@@ -313,7 +322,8 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         sb = self._sb
         assert sb is not None
         try:
-            system, instance = self._template(task.prompt).render(task.query, _inputs(task), input_dir=task.input_path)
+            inputs = task_inputs(task)
+            system, instance = self._template(task.prompt).render(task.query, inputs, input_dir=task.input_path)
             stage_inputs(sb, task)
         except BaseException:
             self._release()
@@ -321,11 +331,9 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         feed = _Feed()
         tools = Tools(sb, **self.tool_options)
         agent = Agent(feed, tools, limits)
-        agent.messages = [{"role": "system", "content": system}, {"role": "user", "content": instance}]
-        agent.started = time.monotonic()
+        obs = [dict(m) for m in agent.start(system, instance)]
         self._episodes += 1
         self._episode = _Episode(task, agent, tools, feed, limits, self._episodes)
-        obs = [dict(m) for m in agent.messages]
         info = {
             "task_id": task.id,
             "episode": self._episodes,
@@ -346,9 +354,10 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         ``info``: ``step`` (1, 2, ...), ``assistant`` (the message as it entered the conversation,
         None when nothing usable was sent), ``tool_calls`` (names), ``observations`` (per call:
         tool, call_id, arguments, output and structured data such as exit_code), ``format_error``,
-        ``tools_s``, ``env_s``, ``usage`` (summed); on the last step also ``exit_reason``,
-        ``answer``, ``task_reward``, ``steps``, ``episode_reward`` (and ``error`` when the sandbox
-        failed).
+        ``tools_s``, ``env_s``, ``usage`` (summed); on the last step also ``reason`` (an
+        ``ExitReason``: ``terminated`` is ``reason is SUBMITTED``), ``exit_reason`` (the same as text,
+        with the detail), ``answer``, ``task_reward``, ``steps``, ``episode_reward`` (and ``error``
+        when the sandbox failed).
         """
         with self._lock:
             ep = self._episode
@@ -358,25 +367,16 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
                 raise ResetNeeded("no running episode: call reset() first (the last one has ended)")
             t0 = time.perf_counter()
             agent = ep.agent
-            n_messages, n_steps = len(agent.messages), len(agent.steps)
+            n_messages = len(agent.messages)
             ep.steps += 1
             ep.feed.action, ep.feed.id_prefix = action, f"call_{ep.steps}"
-            terminated = truncated = False
-            reason: str | None = None
-            error: str | None = None
             try:
-                agent.step()
-                agent._check_limits()  # the loop checks before a turn; an env reports on the turn that hits it
-            except Submitted:
-                terminated, reason = True, "submitted"
-            except LimitsExceeded as e:
-                truncated, reason = True, f"limits exceeded: {e.message}"
-            except SandboxError as e:  # the jail failed under the tools: end the episode, say why
-                truncated, reason = True, f"sandbox error: {e}"
-                error = f"{type(e).__name__}: {e}"
+                result = agent.step()  # done on the turn that submits or reaches a limit
             finally:
                 ep.feed.action = None
-            record = agent.steps[-1] if len(agent.steps) > n_steps else None
+            outcome, record = result.outcome, result.step
+            terminated = outcome is not None and outcome.reason is ExitReason.SUBMITTED
+            truncated = outcome is not None and not terminated
             new = agent.messages[n_messages:]
             if record is not None:
                 assistant = record.assistant
@@ -395,14 +395,15 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
                 "tools_s": record.tools_s if record is not None else 0.0,
                 "usage": dict(agent.usage),
             }
-            if terminated or truncated:
+            if outcome is not None:
                 try:
-                    reward += self._finish(ep, reason or "", graded=terminated or self.grade_truncated)
+                    reward += self._finish(ep, outcome, graded=terminated or self.grade_truncated)
                 finally:
                     self._release()
-                info.update(exit_reason=reason, answer=ep.answer, task_reward=ep.task_reward, steps=ep.steps)
-                if error is not None:
-                    info["error"] = error
+                info.update(reason=outcome.reason, exit_reason=outcome.exit_reason, answer=ep.answer,
+                            task_reward=ep.task_reward, steps=ep.steps)  # fmt: skip
+                if outcome.error is not None:  # the sandbox failed
+                    info["error"] = f"{type(outcome.error).__name__}: {outcome.error}"
             ep.reward += reward
             if terminated or truncated:
                 info["episode_reward"] = ep.reward
@@ -415,9 +416,9 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         """``step`` in ``executor`` (a thread), for asyncio code."""
         return await asyncio.get_running_loop().run_in_executor(executor, self.step, action)
 
-    def _finish(self, ep: _Episode, reason: str, graded: bool) -> float:
+    def _finish(self, ep: _Episode, outcome: Outcome, graded: bool) -> float:
         """End the episode: read the answer, run the reward function (sandbox still held)."""
-        ep.done, ep.exit_reason = True, reason
+        ep.done, ep.outcome = True, outcome
         sb = self._sb
         if sb is not None:
             try:
@@ -427,7 +428,8 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         if not graded:
             return 0.0
         context = {
-            "exit_reason": reason,
+            "reason": outcome.reason,
+            "exit_reason": outcome.exit_reason,
             "steps": ep.steps,
             "usage": dict(ep.agent.usage),
             "messages": ep.agent.messages,
@@ -446,7 +448,8 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
             sb, self._sb = self._sb, None
             if self._episode is not None and not self._episode.done:
                 self._episode.done = True
-                self._episode.exit_reason = self._episode.exit_reason or "abandoned"
+                self._episode.outcome = self._episode.outcome or Outcome(
+                    ExitReason.ABANDONED, "reset or closed before the episode ended")
             if sb is not None and self.pool is not None:
                 self.pool.release(sb)
             elif sb is not None:

@@ -45,6 +45,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..agent.outcome import ExitReason
 from ..agent.task import Task
 from ..config import SandboxConfig
 from ..errors import FormatError
@@ -99,7 +100,7 @@ class Trajectory:
     task_reward: float | None = None  # what the reward function gave (None: not graded)
     terminated: bool = False
     truncated: bool = False
-    exit_reason: str | None = None
+    exit_reason: str | None = None  # how the episode ended, as text ("limits exceeded: max_steps=3 reached")
     answer: str | None = None
     usage: dict = field(default_factory=dict)
     reset_s: float = 0.0
@@ -108,6 +109,7 @@ class Trajectory:
     error: str | None = None
     traceback: str | None = None
     prompt_token_ids: list[int] | None = None
+    reason: ExitReason | None = None  # the same, machine-readable (ExitReason.MAX_STEPS)
 
     @property
     def ok(self) -> bool:
@@ -314,7 +316,7 @@ async def _episode(
             traj.reward += reward
             if terminated or truncated:
                 traj.terminated, traj.truncated = terminated, truncated
-                traj.exit_reason, traj.answer = info["exit_reason"], info["answer"]
+                traj.reason, traj.exit_reason, traj.answer = info.get("reason"), info["exit_reason"], info["answer"]
                 traj.task_reward = info["task_reward"]
                 if info.get("error"):
                     traj.error = info["error"]
