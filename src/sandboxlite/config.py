@@ -7,6 +7,7 @@ config read from JSON or a command line fails early and clearly.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import os
 import posixpath
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
+from .protocol import MAX_BINDS
 
 NETWORK_MODES = ("none", "host")
 CGROUP_MODES = ("auto", "off", "required")
@@ -146,6 +148,8 @@ class SandboxConfig:
             if not isinstance(m, Mount):
                 raise ConfigError(f"mounts[{i}]", f"expected a Mount or 'SRC:DST[:ro|rw]', got {m!r}")
             mounts.append(m)
+        if len(mounts) > MAX_BINDS:  # the executor carries at most this many into a copy-on-write root
+            raise ConfigError("mounts", f"at most {MAX_BINDS} mounts are supported, got {len(mounts)}")
         dsts = [m.dst for m in mounts]
         for d in dsts:
             if dsts.count(d) > 1:
@@ -207,3 +211,23 @@ def base_env(config: SandboxConfig) -> dict[str, str]:
     }
     env.update(config.env)
     return env
+
+
+PATH_MAX_BYTES = 4095  # the kernel's PATH_MAX, less its NUL: longer paths never resolve
+
+
+def resolve_path(path: Any, workdir: str, field_name: str = "path") -> str:
+    """A path inside the sandbox, absolute (relative paths start at ``workdir``), checked."""
+    from .errors import file_error
+
+    p = os.fspath(path)
+    if not isinstance(p, str) or not p or "\0" in p:
+        raise ConfigError(field_name, f"must be a non-empty path without NUL bytes, got {path!r}")
+    try:
+        size = len(p.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError as e:
+        raise ConfigError(field_name, f"is not valid text ({e.reason} at position {e.start}): {path!r}") from None
+    p = p if p.startswith("/") else os.path.join(workdir, p)
+    if size > PATH_MAX_BYTES or len(p) > PATH_MAX_BYTES:
+        raise file_error(errno.ENAMETOOLONG, p[:200] + "...", f"path is {size} bytes, over PATH_MAX")
+    return p

@@ -1,46 +1,362 @@
-"""The host side of the executor's wire protocol (see ``_executor/executor.c``).
+"""The host side of the executor's wire protocol, and the one definition of it.
+
+``_executor/executor.c`` mirrors every constant here in one block;
+``tests/test_protocol.py`` parses that block and fails when the two drift.
 
 Frames in both directions: ``u32 length | u8 type | u32 id | payload``, where
-length counts type, id and payload.  Descriptors ride along with SCM_RIGHTS.
+length counts type, id and payload (5 + payload).  Descriptors ride along with
+SCM_RIGHTS.  Strings in payloads are NUL-terminated, numbers decimal text.
 The executor is inside the jail, so nothing it sends is trusted: frames are
-size-checked, and descriptors are checked by whoever uses them.
+size-checked, their types must be a ``Reply``, and descriptors are checked by
+whoever uses them.
+
+Requests (``Op``, host to executor; payload at most ``MAX_REQUEST_PAYLOAD``):
+
+========  =====================================  ==============================
+op        payload (builder)                      answer
+========  =====================================  ==============================
+SPAWN     ``spawn_payload`` + SP_* descriptors   none, then EXIT; ERROR if it
+                                                 cannot start
+KILL      ``kill_payload``                       none
+OPEN      ``open_payload``                       FD (no payload) or ERROR
+MKDIR     ``mkdir_payload``                      OK (no payload) or ERROR
+SYMLINK   ``symlink_payload``                    OK (no payload) or ERROR
+SINK      empty, the pipes to drain attached     none
+LAST_PID  empty                                  OK with the namespace's last pid
+RESET     empty                                  OK (no payload) or ERROR
+========  =====================================  ==============================
+
+Replies (``Reply``, executor to host; payload at most ``MAX_REPLY_PAYLOAD``):
+HELLO (id 0, ``HELLO``), ERROR (an errno), FD (a descriptor), OK, EXIT (a
+command's wait status).  The host ends an executor by closing the socket.
+
+The executor's command line is ``KEY=VALUE`` options (``EXECUTOR_OPTIONS``);
+it refuses an unknown key, a malformed value, a repeated single key or more
+values than a key's ``max_count`` with exit code ``ExecutorExit.BAD_OPTION``.
 """
 
 from __future__ import annotations
 
 import array
+import enum
 import os
 import select
 import socket
 import struct
 import time
 from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .errors import SandboxCrashed
 
 HEADER = struct.Struct("<IcI")
-MAX_FRAME = 1 << 20  # replies are small; anything bigger is a broken executor
+HELLO = b"sandboxlite-executor 3"  # the executor's greeting: its name and protocol version
+CTRL_FD = 3  # the executor's control socket unless ctrl=N
+# host -> executor: a spawn carries argv, environment and cwd (launch.MAX_SPAWN_BYTES); a
+# bigger request makes the executor drop the jail, so Channel.send refuses it
+MAX_REQUEST_PAYLOAD = 16 << 20
+# executor -> host: errno, wait status, a pid, the hello; anything bigger is a broken executor
+MAX_REPLY_PAYLOAD = 4096
+MAX_FDS = 8  # descriptors per frame
 
-# spawn flags
+
+class Op(str, enum.Enum):
+    """Request types (a ``str``: ``Op.SPAWN == "S"``)."""
+
+    SPAWN = "S"
+    KILL = "K"
+    OPEN = "O"
+    MKDIR = "M"
+    SYMLINK = "Y"
+    SINK = "D"
+    LAST_PID = "L"
+    RESET = "Z"
+
+    __str__ = str.__str__  # "S", also in f-strings on every Python version
+
+
+class Reply(str, enum.Enum):
+    """Types of the frames the executor sends (a ``str``: ``Reply.EXIT == "X"``)."""
+
+    HELLO = "H"
+    ERROR = "E"
+    FD = "F"
+    OK = "R"
+    EXIT = "X"
+
+    __str__ = str.__str__
+
+
+_REPLY_BY_BYTE = {r.value.encode(): r for r in Reply}
+
+# spawn flags: which standard streams come attached (in this order); the others are /dev/null
 SP_STDIN, SP_STDOUT, SP_STDERR = 1, 2, 4
-# open flags of our own (above the kernel's O_* bits)
-OP_MKPARENTS = 0x40000000
-OP_REQ_REG = 0x20000000
-OP_REQ_DIR = 0x10000000
+# open flags of our own (above the kernel's O_* bits, which are forwarded)
+OP_MKPARENTS = 0x40000000  # mkdir -p the parent first
+OP_REQ_REG = 0x20000000  # refuse anything but a regular file (EISDIR / EINVAL)
+OP_REQ_DIR = 0x10000000  # refuse anything but a directory (ENOTDIR)
+OP_KERNEL_MASK = 0x0FFFFFFF  # the O_* bits the executor passes to openat2
+
+# kill requests
+KILL_ALL = "all"
+KILL_DESC = "desc"
+
+
+class ExecutorExit(enum.IntEnum):
+    """Exit codes of the executor itself (a command's own codes are its wait status)."""
+
+    BAD_OPTION = 110  # an unknown, malformed, repeated or excess option
+    FATAL = 111  # a system call it cannot do without failed
+    RLIMIT = 112  # setrlimit refused an rlimit option
+    SETUP = 113  # building a generation, or confining a process, failed
+
+
+# ---- the executor's command line -------------------------------------------------------------
+
+MAX_BINDS = 64  # bind=: the caller's mounts, carried into a copy-on-write root
+MAX_WTMPFS = 8  # wtmpfs=: a tmpfs of its own (a workdir outside the writable places)
+MAX_MKDIRS = 8  # mkdir=: directories to create (a workdir inside a writable place)
+
+
+class OptKind(str, enum.Enum):
+    """How an option's value is written."""
+
+    FD = "FD"  # a descriptor number, open in the executor
+    SIZE = "SIZE"  # a number of bytes
+    PATH = "PATH"  # an absolute path inside the jail
+    FLAG = "FLAG"  # 0 or 1
+    RLIMIT = "RLIMIT"  # a number in the resource's unit, or inf
+
+    __str__ = str.__str__
+
+
+@dataclass(frozen=True)
+class ExecutorOption:
+    key: str
+    kind: OptKind
+    max_count: int = 1  # how many times it may be given
+    required: bool = False
+
+
+EXECUTOR_OPTIONS: dict[str, ExecutorOption] = {
+    o.key: o
+    for o in (
+        ExecutorOption("ctrl", OptKind.FD),  # the control socket (default CTRL_FD)
+        ExecutorOption("exe", OptKind.FD),  # the descriptor it was executed through: closed
+        ExecutorOption("seccomp", OptKind.FD, required=True),  # the BPF program for every command
+        ExecutorOption("lower", OptKind.PATH),  # the image: a copy-on-write root over it
+        ExecutorOption("upper", OptKind.SIZE),  # bytes the copy-on-write layer may take
+        ExecutorOption("tmp", OptKind.SIZE),  # bytes of /tmp, /dev/shm (and /root)
+        ExecutorOption("testbed", OptKind.SIZE),  # bytes of /testbed and wtmpfs=; 0: no /testbed tmpfs
+        ExecutorOption("bind", OptKind.PATH, MAX_BINDS),
+        ExecutorOption("wtmpfs", OptKind.PATH, MAX_WTMPFS),
+        ExecutorOption("devdir", OptKind.FLAG),  # /dev is a ready-made directory: devpts per generation
+        ExecutorOption("rootro", OptKind.FLAG),  # the generation's bind of the jail's root is read-only
+        ExecutorOption("mkdir", OptKind.PATH, MAX_MKDIRS),
+        ExecutorOption("cpu", OptKind.RLIMIT),  # RLIMIT_CPU, seconds
+        ExecutorOption("as", OptKind.RLIMIT),  # RLIMIT_AS, bytes
+        ExecutorOption("fsize", OptKind.RLIMIT),  # RLIMIT_FSIZE, bytes
+        ExecutorOption("nproc", OptKind.RLIMIT),  # RLIMIT_NPROC
+        ExecutorOption("nofile", OptKind.RLIMIT),  # RLIMIT_NOFILE
+        ExecutorOption("core", OptKind.RLIMIT),  # RLIMIT_CORE, bytes
+        ExecutorOption("stack", OptKind.RLIMIT),  # RLIMIT_STACK, bytes
+    )
+}
+RLIMIT_KEYS = tuple(k for k, o in EXECUTOR_OPTIONS.items() if o.kind is OptKind.RLIMIT)
+OPTION_PATH_MAX = 4032  # the longest path option: PATH_MAX, less room for the generation's prefix
+
+
+def _option_error(arg: str, key: str | None, value: str) -> str | None:
+    """What the executor says about one ``KEY=VALUE`` argument's form, or None."""
+    spec = EXECUTOR_OPTIONS.get(key) if key is not None else None
+    if spec is None:
+        return f"unknown option '{arg}'"
+    kind = spec.kind
+    is_num = value.isascii() and value.isdigit()
+    if kind is OptKind.FD and not (is_num and int(value) <= 0x7FFFFFFF):
+        return f"option '{arg}': expected a descriptor number"
+    if kind is OptKind.SIZE and not (is_num and int(value) < 1 << 64):
+        return f"option '{arg}': expected a number of bytes"
+    if kind is OptKind.FLAG and value not in ("0", "1"):
+        return f"option '{arg}': expected 0 or 1"
+    if kind is OptKind.RLIMIT and not (value == "inf" or (is_num and int(value) < 1 << 64)):
+        return f"option '{arg}': expected a number or inf"
+    if kind is OptKind.PATH and (
+        not value.startswith("/")
+        or len(value.encode("utf-8", "surrogateescape")) > OPTION_PATH_MAX
+        or (key == "lower" and ("," in value or ":" in value))
+    ):
+        return f"option '{arg}': expected an absolute path"
+    return None
+
+
+def check_executor_options(args: Iterable[str]) -> None:
+    """Raise ValueError, with the executor's own message, for options it would refuse.
+
+    The same rules as the executor's parse_options, except that descriptors are
+    not checked for being open (they are the executor's, not ours)."""
+    counts: dict[str, int] = {}
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        err = _option_error(arg, key if eq else None, value)
+        if err is not None:
+            raise ValueError(err)
+        spec = EXECUTOR_OPTIONS[key]
+        if counts.get(key, 0) == spec.max_count:
+            if spec.max_count == 1:
+                raise ValueError(f"option '{arg}': {key}= given more than once")
+            raise ValueError(f"more than {spec.max_count} {key}= options")
+        counts[key] = counts.get(key, 0) + 1
+    for key, spec in EXECUTOR_OPTIONS.items():
+        if spec.required and key not in counts:
+            raise ValueError(f"no seccomp filter ({key}=FD): refusing to run commands unfiltered")
+
+
+def executor_option(key: str, value: int | str | bool | None) -> str:
+    """One ``KEY=VALUE`` argument, checked: ``None`` is ``inf`` for rlimits, a bool is 0/1."""
+    spec = EXECUTOR_OPTIONS.get(key)
+    if spec is None:
+        raise ValueError(f"unknown executor option {key!r}")
+    if isinstance(value, bool):
+        text = "1" if value else "0"
+    elif value is None and spec.kind is OptKind.RLIMIT:
+        text = "inf"
+    else:
+        text = str(value)
+    arg = f"{key}={text}"
+    err = _option_error(arg, key, text)
+    if err is not None:
+        raise ValueError(err)
+    return arg
+
+
+# ---- requests -------------------------------------------------------------------------------
+
+
+def strings(*items: str | bytes) -> bytes:
+    """Encode NUL-terminated strings for a payload (ValueError on a NUL byte or a lone surrogate)."""
+    out = bytearray()
+    for s in items:
+        b = s.encode("utf-8", "surrogateescape") if isinstance(s, str) else s
+        if b"\0" in b:
+            raise ValueError(f"NUL byte in {s!r}")
+        out += b + b"\0"
+    return bytes(out)
+
+
+def spawn_payload(flags: int, cwd: str, argv: Sequence[str], env: Sequence[str] | Mapping[str, str]) -> bytes:
+    """SPAWN: ``flags`` (SP_*), the command's cwd, argv and environment (``"K=V"`` entries or a mapping).
+
+    Send it with the descriptors its flags name, in the order stdin, stdout, stderr.
+    ValueError on a NUL byte (or text UTF-8 cannot carry); an empty argv is refused."""
+    if not argv:
+        raise ValueError("an empty argv")
+    entries = [f"{k}={v}" for k, v in env.items()] if isinstance(env, Mapping) else env
+    return strings(str(flags), cwd, str(len(argv)), *argv, *entries)
+
+
+def open_payload(path: str, flags: int, mode: int = 0o644) -> bytes:
+    """OPEN: ``flags`` are O_* bits plus OP_MKPARENTS / OP_REQ_REG / OP_REQ_DIR; ``mode`` for O_CREAT."""
+    return strings(str(flags), str(mode), path)
+
+
+def mkdir_payload(path: str, mode: int = 0o755) -> bytes:
+    """MKDIR: ``mkdir -p`` of ``path`` (permission bits of ``mode`` only)."""
+    return strings(str(mode & 0o777), path)
+
+
+def symlink_payload(target: str, path: str) -> bytes:
+    """SYMLINK: a link at ``path`` (parents made) pointing to ``target``."""
+    return strings(target, path)
+
+
+@dataclass(frozen=True)
+class KillHow:
+    """What a KILL request kills: ``KillHow.ALL``, or ``KillHow.desc(floor)``: every
+    process the command started with a pid above ``floor``, not the command itself
+    (a shell's timeout: bash survives, what it ran does not)."""
+
+    floor: int | None = None
+
+    ALL: ClassVar["KillHow"]  # set below: KillHow()
+
+    @classmethod
+    def desc(cls, floor: int) -> "KillHow":
+        if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
+            raise ValueError(f"a pid floor must be a non-negative int, got {floor!r}")
+        return cls(floor)
+
+    @property
+    def payload(self) -> bytes:
+        return KILL_ALL.encode() if self.floor is None else f"{KILL_DESC} {self.floor}".encode()
+
+
+KillHow.ALL = KillHow()
+
+
+def kill_payload(how: KillHow | str = KillHow.ALL) -> bytes:
+    """KILL: ``KillHow.ALL`` / ``"all"`` or ``KillHow.desc(floor)`` / ``"desc FLOOR"``."""
+    if isinstance(how, KillHow):
+        return how.payload
+    if how == KILL_ALL:
+        return KillHow.ALL.payload
+    word, _, num = how.partition(" ")
+    if word == KILL_DESC and num.isascii() and num.isdigit():
+        return KillHow.desc(int(num)).payload
+    raise ValueError(f"a kill is {KILL_ALL!r} or '{KILL_DESC} FLOOR', got {how!r}")
+
+
+# ---- frames ---------------------------------------------------------------------------------
 
 _CRED = struct.Struct("iII")  # struct ucred
 
 
 @dataclass
 class Frame:
-    type: str
+    type: Reply
     id: int
     payload: bytes
     fd: int | None = None
 
     def text(self) -> str:
         return self.payload.decode("utf-8", "replace")
+
+    def number(self, default: int | None = None) -> int:
+        """The payload as the decimal number it is (ERROR, EXIT, OK of LAST_PID).
+
+        An empty payload gives ``default`` when one is given; anything else that
+        is not a number means a broken executor: SandboxCrashed."""
+        p = self.payload
+        if not p and default is not None:
+            return default
+        if 0 < len(p) <= 20 and (p.isdigit() or (p[:1] == b"-" and p[1:].isdigit())):
+            return int(p)
+        raise SandboxCrashed(f"the sandbox's executor sent a malformed {self.type.name} frame: {p[:40]!r}")
+
+
+def is_hello(frame: Frame) -> bool:
+    """True for the executor's greeting, from this protocol version."""
+    return frame.type is Reply.HELLO and frame.id == 0 and frame.payload == HELLO
+
+
+def parse_frame(buf: bytes | bytearray) -> tuple[Frame, int] | None:
+    """The first frame of ``buf`` and its size in bytes, or None while it is incomplete.
+
+    SandboxCrashed for a length outside the limits or a type that is not a Reply."""
+    if len(buf) < 4:
+        return None
+    (length,) = struct.unpack_from("<I", buf)
+    if length < 5 or length - 5 > MAX_REPLY_PAYLOAD:
+        raise SandboxCrashed(f"the sandbox's executor sent a malformed frame (length {length})")
+    if len(buf) < 4 + length:
+        return None
+    _, t, ident = HEADER.unpack_from(buf)
+    kind = _REPLY_BY_BYTE.get(t)
+    if kind is None:
+        raise SandboxCrashed(f"the sandbox's executor sent a frame of unknown type {t!r}")
+    return Frame(kind, ident, bytes(buf[9 : 4 + length])), 4 + length
 
 
 class Channel:
@@ -65,9 +381,18 @@ class Channel:
         return i
 
     # -- sending -------------------------------------------------------------
-    def send(self, type_: str, id_: int, payload: bytes = b"", fds: list[int] | tuple[int, ...] = ()) -> None:
+    def send(self, type_: Op | str, id_: int, payload: bytes = b"", fds: list[int] | tuple[int, ...] = ()) -> None:
+        """Send one request (``type_`` an ``Op``, or its character), ``fds`` riding along.
+
+        ValueError for a payload over MAX_REQUEST_PAYLOAD or more than MAX_FDS
+        descriptors: the executor would drop the jail."""
         if self.closed:
             raise SandboxCrashed("the sandbox's executor has gone away")
+        if len(payload) > MAX_REQUEST_PAYLOAD or len(fds) > MAX_FDS:
+            raise ValueError(
+                f"a request takes at most {MAX_REQUEST_PAYLOAD} bytes and {MAX_FDS} descriptors, "
+                f"got {len(payload)} and {len(fds)}"
+            )
         data = HEADER.pack(5 + len(payload), type_.encode(), id_) + payload
         anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
         view = memoryview(data)
@@ -99,7 +424,7 @@ class Channel:
         while True:
             try:
                 data, anc, _flags, _addr = self.sock.recvmsg(
-                    1 << 16, socket.CMSG_SPACE(4 * 8) + socket.CMSG_SPACE(_CRED.size)
+                    1 << 16, socket.CMSG_SPACE(4 * MAX_FDS) + socket.CMSG_SPACE(_CRED.size)
                 )
             except (BlockingIOError, InterruptedError):
                 return True
@@ -125,20 +450,19 @@ class Channel:
 
     def _parse(self) -> None:
         buf = self._buf
-        while len(buf) >= 4:
-            (length,) = struct.unpack_from("<I", buf)
-            if length < 5 or length > MAX_FRAME:
+        while True:
+            try:
+                got = parse_frame(buf)
+            except SandboxCrashed:
                 self.closed = True
-                raise SandboxCrashed(f"the sandbox's executor sent a malformed frame (length {length})")
-            if len(buf) < 4 + length:
+                raise
+            if got is None:
                 return
-            _, t, ident = HEADER.unpack_from(buf)
-            payload = bytes(buf[9 : 4 + length])
-            del buf[: 4 + length]
-            frame = Frame(t.decode("latin-1"), ident, payload)
-            if frame.type == "F":
+            frame, size = got
+            del buf[:size]
+            if frame.type is Reply.FD:
                 frame.fd = self._fds.popleft() if self._fds else None
-            self._frames.setdefault(ident, deque()).append(frame)
+            self._frames.setdefault(frame.id, deque()).append(frame)
 
     def take(self, id_: int) -> Frame | None:
         """The oldest frame received for ``id_``, if any."""
@@ -190,14 +514,3 @@ class Channel:
         while self._fds:
             os.close(self._fds.popleft())
         self.sock.close()
-
-
-def strings(*items: str | bytes) -> bytes:
-    """Encode NUL-terminated strings for a payload."""
-    out = bytearray()
-    for s in items:
-        b = s.encode("utf-8", "surrogateescape") if isinstance(s, str) else s
-        if b"\0" in b:
-            raise ValueError(f"NUL byte in {s!r}")
-        out += b + b"\0"
-    return bytes(out)

@@ -1,35 +1,81 @@
 /*
- * sandboxlite executor: the tiny init that lives inside every jail.
+ * sandboxlite executor: PID 1 of every jail.
  *
- * bwrap starts it as PID 1 of the sandbox (--as-pid-1), already confined
- * (namespaces, seccomp, no capabilities, no_new_privs).  It talks to the host
- * over one unix stream socket (fd 3) and does four things:
+ * Where it runs.  bwrap starts it (--as-pid-1) in new user, PID, mount, IPC,
+ * UTS and cgroup namespaces (and a network namespace of its own), as uid 0 of
+ * the sandbox's user namespace with every capability *of that namespace*
+ * (--cap-add ALL): none over the host, whose namespaces are owned by another
+ * user namespace.  bwrap has set no_new_privs; the executor itself has no
+ * seccomp filter.  It keeps those capabilities because it builds, at start and
+ * on every reset, the filesystem the commands see (mount namespaces, tmpfs, an
+ * overlay, pivot_root): that is what makes a reset take about a millisecond
+ * without a new jail.  Nothing the sandbox runs ever holds them (below).  It
+ * lives chrooted in /proc, keeping the jail's root and /proc by descriptor, so
+ * its mount table (readable by anyone as /proc/1/mountinfo) names no host
+ * path; it is not dumpable (its memory, descriptors and root are closed to the
+ * commands), ptrace is filtered for them, and as init of the PID namespace it
+ * gets no signal from inside that it has no handler for.
  *
- *   - spawn commands: for each one it forks a supervisor S (a child
- *     subreaper) which forks the command C.  Every process C leaves behind,
- *     double-forked daemons included, is re-parented to S while S lives, so S
- *     can kill a whole exec tree on timeout;
- *   - open / mkdir / symlink paths *inside* the jail and pass the open file
- *     descriptor back (SCM_RIGHTS), so the host does file I/O on descriptors
- *     that were resolved within the sandbox's root (symlinks can never lead
- *     onto the host);
- *   - drain and discard pipes the host no longer reads (so background
- *     processes that still write to an old exec's stdout do not get SIGPIPE);
- *   - reap orphans.  When the host's end of the socket closes (the host
- *     called close() or died), it exits, and the kernel kills every process
- *     of the PID namespace.
+ * The processes.
+ *   PID 1 (this program, unconfined in the user namespace) talks to the host
+ *     over one unix stream socket (ctrl=FD, 3 by default) and reaps orphans.
+ *   G, once per generation: a child that unshares a mount namespace, builds it
+ *     (a copy-on-write overlay over the image with lower=, writes in a
+ *     size-capped tmpfs; else a bind of the jail's read-only root, rootro=1),
+ *     fresh size-capped tmpfs on /tmp, /testbed, /dev/shm (and /root without
+ *     an overlay), the caller's mounts again over an overlay (bind=), devpts
+ *     (devdir=1), a workdir (wtmpfs=, mkdir=), pivots into it and exits.  PID 1
+ *     keeps the namespace and its root by descriptor.
+ *   Z, the zygote, once per generation: forked by PID 1, it joins the
+ *     generation, sets no_new_privs, empties every capability set (bounding and
+ *     ambient included) and loads the seccomp filter (seccomp=FD) once
+ *     (confine_self).  On PID 1's request it clones a standby supervisor with
+ *     CLONE_PARENT (so PID 1's child, reaped and signalled by it) and passes its
+ *     socket back; the standby inherits the confinement for the price of a fork.
+ *   S, a supervisor per command: a standby handed one spawn request, or, when
+ *     no zygote can be had (a command killed or stopped it), a child PID 1 forks
+ *     that confines itself the same way before anything else.  S is a child
+ *     subreaper: it vforks the command C and every process C leaves behind,
+ *     double-forked daemons included, is re-parented to S while S lives, so a
+ *     kill reaches the whole tree.  S reports C's wait status ('X') on the
+ *     control socket itself and exits 0; any other end of S makes PID 1 report.
+ *   When the host's end of the socket closes (close(), or the host died) PID 1
+ *   exits and the kernel kills every process of the PID namespace.
  *
- * The executor never trusts the sandboxed code, and the host never trusts the
- * executor (it checks every descriptor it receives).
+ * Trust.  The executor never trusts the sandboxed code (which runs as the
+ * same uid and can signal Z and S: PID 1 sends them SIGCONT and drops a silent
+ * zygote), and the host never trusts the executor (frames are size-checked,
+ * every descriptor is fstat'ed before use).
  *
- * Wire format, both directions: u32 length (of what follows), u8 type,
- * u32 id, payload.  Strings in payloads are NUL-terminated.  Little-endian
- * (host byte order: host and jail share the machine).
+ * Wire format, both directions: u32 length (of what follows: 5 + payload),
+ * u8 type, u32 id, payload; little-endian (host and jail share the machine).
+ * Descriptors ride with the first byte (SCM_RIGHTS, at most MAX_FDS).
+ * Strings in payloads are NUL-terminated, numbers are decimal text.
+ * Requests (host -> executor, payload at most MAX_REQUEST_PAYLOAD):
+ *   'S' spawn    flags, cwd, argc, argv..., env... with the SP_* descriptors;
+ *                no reply on success, then 'X'; 'E' if it cannot start
+ *   'K' kill     "all" (the command's tree) or "desc FLOOR" (what the command
+ *                started after pid FLOOR, not the command: a shell's timeout);
+ *                no reply
+ *   'O' open     flags (O_* | OP_*), mode, path, resolved in the generation's
+ *                root: 'F' with the descriptor (empty payload) or 'E'
+ *   'M' mkdir    mode, path (mkdir -p): 'R' or 'E'
+ *   'Y' symlink  target, path: 'R' or 'E'
+ *   'D' sink     no payload; the attached pipes are drained and discarded
+ *   'L' last pid no payload: 'R' with the namespace's last pid
+ *   'Z' reset    no payload: every process killed, a new generation; 'R' or 'E'
+ * Replies and events (executor -> host, payload at most MAX_REPLY_PAYLOAD):
+ *   'H' hello (id 0, HELLO_TEXT), 'E' errno, 'F' descriptor, 'R' ok (empty, or
+ *   the pid for 'L'), 'X' wait status of a spawned command.
+ * The host stops the executor by closing the socket: there is no quit request.
  *
- * Requests: 'S' spawn, 'K' kill, 'O' open, 'M' mkdir, 'Y' symlink, 'D' sink,
- *           'L' last pid of the namespace, 'Z' reset, 'Q' quit.
- * Replies and events: 'H' hello, 'E' error (errno), 'F' fd,
- *           'R' ok, 'X' exit status of a spawned command.
+ * Options: KEY=VALUE arguments (opt_specs below), all parsed and checked before
+ * anything is done; an unknown key, a malformed value, a repeated single key or
+ * more values than a key's limit exit EXIT_BAD_OPTION with a message.
+ * "launch ..." as the first argument is the launcher mode instead (see launch).
+ *
+ * The protocol block below is checked against sandboxlite/protocol.py (the one
+ * source of truth) by tests/test_protocol.py: change both together.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -39,6 +85,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,11 +109,34 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CTRL_FD 3
-#define MAX_FRAME (64u << 20)
-#define MAX_FDS 8
+/* ---- the protocol (mirrors sandboxlite/protocol.py; one definition per line) ---- */
 
-/* spawn flags (keep in sync with sandboxlite/protocol.py) */
+#define HELLO_TEXT "sandboxlite-executor 3"
+#define CTRL_FD 3                       /* the control socket unless ctrl=N */
+#define MAX_REQUEST_PAYLOAD (16u << 20) /* a bigger request ends the jail (launch.MAX_SPAWN_BYTES) */
+#define MAX_REPLY_PAYLOAD 4096u         /* what we send is far smaller */
+#define MAX_FDS 8                       /* descriptors per frame */
+
+enum request {
+  REQ_SPAWN = 'S',
+  REQ_KILL = 'K',
+  REQ_OPEN = 'O',
+  REQ_MKDIR = 'M',
+  REQ_SYMLINK = 'Y',
+  REQ_SINK = 'D',
+  REQ_LAST_PID = 'L',
+  REQ_RESET = 'Z',
+};
+
+enum reply {
+  REP_HELLO = 'H',
+  REP_ERROR = 'E',
+  REP_FD = 'F',
+  REP_OK = 'R',
+  REP_EXIT = 'X',
+};
+
+/* spawn flags */
 #define SP_STDIN 1u  /* an fd for stdin is attached, else /dev/null */
 #define SP_STDOUT 2u /* an fd for stdout is attached, else /dev/null */
 #define SP_STDERR 4u /* an fd for stderr is attached, else /dev/null */
@@ -75,10 +145,80 @@
 #define OP_MKPARENTS 0x40000000u
 #define OP_REQ_REG 0x20000000u
 #define OP_REQ_DIR 0x10000000u
+#define OP_KERNEL_MASK 0x0fffffffu
+
+/* kill requests */
+#define KILL_ALL "all"
+#define KILL_DESC "desc"
+
+/* exit codes of the executor itself */
+#define EXIT_BAD_OPTION 110 /* an unknown, malformed, repeated or excess option */
+#define EXIT_FATAL 111      /* a system call the executor cannot do without failed */
+#define EXIT_RLIMIT 112     /* setrlimit refused an rlimit option */
+#define EXIT_SETUP 113      /* building a generation, or confining a process, failed */
+
+/* per-key limits of the options */
+#define MAX_BINDS 64 /* bind=: caller mounts carried into an overlay root */
+#define MAX_WTMPFS 8 /* wtmpfs=: extra tmpfs (a workdir outside the writable places) */
+#define MAX_MKDIRS 8 /* mkdir=: directories to create (a workdir inside a writable place) */
+#define OPTION_PATH_MAX 4032 /* the longest path option: PATH_MAX, less room for the generation's prefix */
+
+enum opt_kind { OPT_FD, OPT_SIZE, OPT_PATH, OPT_FLAG, OPT_RLIMIT };
+enum opt_id {
+  O_CTRL, O_EXE, O_SECCOMP, O_LOWER, O_UPPER, O_TMP, O_TESTBED, O_BIND, O_WTMPFS, O_DEVDIR, O_ROOTRO, O_MKDIR,
+  O_CPU, O_AS, O_FSIZE, O_NPROC, O_NOFILE, O_CORE, O_STACK, N_OPTS
+};
+static const struct opt_spec {
+  const char *key;
+  enum opt_kind kind;
+  int max; /* how many times it may be given */
+} opt_specs[N_OPTS] = {
+  [O_CTRL] = {"ctrl", OPT_FD, 1},          /* the control socket */
+  [O_EXE] = {"exe", OPT_FD, 1},            /* the descriptor we were executed through: closed */
+  [O_SECCOMP] = {"seccomp", OPT_FD, 1},    /* the BPF program (required) */
+  [O_LOWER] = {"lower", OPT_PATH, 1},      /* the image: a copy-on-write root over it */
+  [O_UPPER] = {"upper", OPT_SIZE, 1},      /* bytes the copy-on-write layer may take */
+  [O_TMP] = {"tmp", OPT_SIZE, 1},          /* bytes of /tmp, /dev/shm (and /root) */
+  [O_TESTBED] = {"testbed", OPT_SIZE, 1},  /* bytes of /testbed and wtmpfs=; 0: no /testbed tmpfs */
+  [O_BIND] = {"bind", OPT_PATH, MAX_BINDS},
+  [O_WTMPFS] = {"wtmpfs", OPT_PATH, MAX_WTMPFS},
+  [O_DEVDIR] = {"devdir", OPT_FLAG, 1},    /* /dev is a ready-made directory: devpts per generation */
+  [O_ROOTRO] = {"rootro", OPT_FLAG, 1},    /* make the generation's bind of the jail's root read-only */
+  [O_MKDIR] = {"mkdir", OPT_PATH, MAX_MKDIRS},
+  [O_CPU] = {"cpu", OPT_RLIMIT, 1},        /* rlimits: a number in the resource's unit, or inf */
+  [O_AS] = {"as", OPT_RLIMIT, 1},
+  [O_FSIZE] = {"fsize", OPT_RLIMIT, 1},
+  [O_NPROC] = {"nproc", OPT_RLIMIT, 1},
+  [O_NOFILE] = {"nofile", OPT_RLIMIT, 1},
+  [O_CORE] = {"core", OPT_RLIMIT, 1},
+  [O_STACK] = {"stack", OPT_RLIMIT, 1},
+};
+
+/* ---- end of the protocol ------------------------------------------------- */
+
+_Static_assert(OPTION_PATH_MAX + 64 <= PATH_MAX, "room for the generation's prefix");
+
+static const int opt_rlimit[N_OPTS] = {[O_CPU] = RLIMIT_CPU, [O_AS] = RLIMIT_AS, [O_FSIZE] = RLIMIT_FSIZE,
+                                       [O_NPROC] = RLIMIT_NPROC, [O_NOFILE] = RLIMIT_NOFILE,
+                                       [O_CORE] = RLIMIT_CORE, [O_STACK] = RLIMIT_STACK};
+
+/* The options, parsed (parse_options) before any of them is acted on. */
+static struct options {
+  int ctrl, exe, seccomp;  /* descriptors; exe and seccomp -1 when absent */
+  const char *lower;       /* overlay lower dir (the image), or NULL */
+  unsigned long long upper, tmp, testbed;
+  int devdir, rootro;
+  const char *binds[MAX_BINDS];
+  const char *wtmpfs[MAX_WTMPFS];
+  const char *mkdirs[MAX_MKDIRS];
+  int n[N_OPTS];           /* how many times each key was given */
+  rlim_t rlimit[N_OPTS];   /* the value of each rlimit option given */
+} opts = {.ctrl = CTRL_FD, .exe = -1, .seccomp = -1, .upper = 1ull << 30, .tmp = 1ull << 30,
+          .testbed = 2ull << 30};
 
 extern char **environ;
 
-static int ctrl = CTRL_FD; /* overridden by ctrl=N */
+static int ctrl = CTRL_FD; /* opts.ctrl, once the options are read */
 
 struct child {
   uint32_t id;
@@ -92,7 +232,7 @@ static size_t n_sinks, cap_sinks; /* pfds[0] = ctrl, pfds[1] = signalfd */
 
 static void die(const char *what) {
   dprintf(2, "sandboxlite-executor: %s: %s\n", what, strerror(errno));
-  _exit(111);
+  _exit(EXIT_FATAL);
 }
 
 static int write_all(int fd, const void *buf, size_t len) {
@@ -188,6 +328,7 @@ static int recv_with_fds(int sock, void *hdr, size_t hlen, int *fds, int *nfds) 
 /* Send one frame, optionally with one descriptor attached. */
 static void send_frame(char type, uint32_t id, const void *payload, uint32_t plen, int fd) {
   char hdr[9];
+  if (plen > MAX_REPLY_PAYLOAD) _exit(EXIT_FATAL); /* the host would drop the jail anyway */
   uint32_t len = 5 + plen;
   memcpy(hdr, &len, 4);
   hdr[4] = type;
@@ -202,7 +343,7 @@ static void send_str(char type, uint32_t id, const char *s) {
 static void send_errno(uint32_t id, int err) {
   char buf[32];
   snprintf(buf, sizeof buf, "%d", err);
-  send_str('E', id, buf);
+  send_str(REP_ERROR, id, buf);
 }
 
 /* ---- supervisor: kill a process tree ------------------------------------ */
@@ -280,7 +421,7 @@ static uint32_t s_id;
 static void report_exit(int status) {
   char buf[32];
   snprintf(buf, sizeof buf, "%d", status);
-  send_str('X', s_id, buf);
+  send_str(REP_EXIT, s_id, buf);
   _exit(0);
 }
 
@@ -368,21 +509,10 @@ static struct sock_fprog filter;
 static void make_standby(void);
 static void drop_standby(void);
 static void zygote_gone(void);
-static const char *lower; /* overlay lower dir (the image), or NULL */
-static unsigned long long sz_upper = 1ull << 30, sz_tmp = 1ull << 30, sz_testbed = 2ull << 30;
-static int testbed_tmpfs = 1;
-static const char *binds[64]; /* caller mounts carried into an overlay root */
-static int devdir; /* /dev is a ready-made directory of nodes: mount devpts per generation */
-static int rootro; /* make the generation's bind of the jail's root read-only (bwrap left it writable) */
-static int n_binds;
-static const char *wtmpfs[8]; /* extra tmpfs (a workdir outside the writable places) */
-static int n_wtmpfs;
-static const char *mkdirs[8]; /* directories to create (a workdir inside a writable place) */
-static int n_mkdirs;
 
 static void gen_fail(const char *what, const char *path) {
   dprintf(2, "sandboxlite-executor: generation: %s %s: %s\n", what, path ? path : "", strerror(errno));
-  _exit(113);
+  _exit(EXIT_SETUP);
 }
 
 static void mkdir_p(const char *path, mode_t mode) {
@@ -398,10 +528,10 @@ static void mkdir_p(const char *path, mode_t mode) {
 }
 
 static void tmpfs_at(const char *path, unsigned long long size, mode_t mode) {
-  char opts[64];
-  snprintf(opts, sizeof opts, "size=%llu,mode=%o", size, (unsigned)mode);
+  char mopts[64];
+  snprintf(mopts, sizeof mopts, "size=%llu,mode=%o", size, (unsigned)mode);
   mkdir_p(path, 0755);
-  if (mount("sandboxlite", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) gen_fail("tmpfs", path);
+  if (mount("sandboxlite", path, "tmpfs", MS_NOSUID | MS_NODEV, mopts) < 0) gen_fail("tmpfs", path);
 }
 
 static void bind_at(const char *src, const char *dst) {
@@ -414,14 +544,14 @@ static void gen_child(int ready_w, int hold_r) {
   if (fchdir(root_fd) < 0 || chroot(".") < 0) gen_fail("back to the jail's root", NULL);
   if (unshare(CLONE_NEWNS) < 0) gen_fail("unshare", NULL);
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) gen_fail("make private", "/");
-  tmpfs_at("/.sl/gen", lower ? sz_upper : (1 << 20), 0755);
+  tmpfs_at("/.sl/gen", opts.lower ? opts.upper : (1 << 20), 0755);
   mkdir_p(root, 0755);
-  if (lower) {
+  if (opts.lower) {
     mkdir_p("/.sl/gen/u", 0755);
     mkdir_p("/.sl/gen/w", 0755);
-    char opts[PATH_MAX + 64];
-    snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=/.sl/gen/u,workdir=/.sl/gen/w", lower);
-    if (mount("overlay", root, "overlay", 0, opts) < 0) gen_fail("overlay", lower);
+    char ovl[PATH_MAX + 64];
+    snprintf(ovl, sizeof ovl, "lowerdir=%s,upperdir=/.sl/gen/u,workdir=/.sl/gen/w", opts.lower);
+    if (mount("overlay", root, "overlay", 0, ovl) < 0) gen_fail("overlay", opts.lower);
     static const char *const jail[] = {"proc", "dev", "tmp", "testbed", "root"};
     for (size_t i = 0; i < sizeof jail / sizeof *jail; i++) {
       snprintf(path, sizeof path, "%s/%s", root, jail[i]);
@@ -431,29 +561,29 @@ static void gen_child(int ready_w, int hold_r) {
     bind_at("/proc", path);
     snprintf(path, sizeof path, "%s/dev", root);
     bind_at("/dev", path);
-    for (int i = 0; i < n_binds; i++) {
-      snprintf(path, sizeof path, "%s%s", root, binds[i]);
+    for (int i = 0; i < opts.n[O_BIND]; i++) {
+      snprintf(path, sizeof path, "%s%s", root, opts.binds[i]);
       mkdir_p(path, 0755);
-      bind_at(binds[i], path);
+      bind_at(opts.binds[i], path);
     }
   } else {
     bind_at("/", root);
-    if (rootro && mount(NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+    if (opts.rootro && mount(NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
       gen_fail("read-only", root);
   }
   snprintf(path, sizeof path, "%s/tmp", root);
-  tmpfs_at(path, sz_tmp, 01777);
-  if (testbed_tmpfs) {
+  tmpfs_at(path, opts.tmp, 01777);
+  if (opts.testbed > 0) {
     snprintf(path, sizeof path, "%s/testbed", root);
-    tmpfs_at(path, sz_testbed, 0755);
+    tmpfs_at(path, opts.testbed, 0755);
   }
-  if (!lower) {
+  if (!opts.lower) {
     snprintf(path, sizeof path, "%s/root", root);
-    tmpfs_at(path, sz_tmp, 0700);
+    tmpfs_at(path, opts.tmp, 0700);
   }
   snprintf(path, sizeof path, "%s/dev/shm", root);
-  tmpfs_at(path, sz_tmp, 01777);
-  if (devdir) { /* what bwrap's --dev would have mounted, fresh for each generation */
+  tmpfs_at(path, opts.tmp, 01777);
+  if (opts.devdir) { /* what bwrap's --dev would have mounted, fresh for each generation */
     snprintf(path, sizeof path, "%s/dev/pts", root);
     if (mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") < 0)
       gen_fail("devpts", path);
@@ -461,20 +591,20 @@ static void gen_child(int ready_w, int hold_r) {
     snprintf(path, sizeof path, "%s/dev", root);
     if (mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, NULL) < 0) gen_fail("read-only", path);
   }
-  for (int i = 0; i < n_wtmpfs; i++) {
-    snprintf(path, sizeof path, "%s%s", root, wtmpfs[i]);
-    tmpfs_at(path, sz_testbed, 0755);
+  for (int i = 0; i < opts.n[O_WTMPFS]; i++) {
+    snprintf(path, sizeof path, "%s%s", root, opts.wtmpfs[i]);
+    tmpfs_at(path, opts.testbed, 0755);
   }
-  for (int i = 0; i < n_mkdirs; i++) {
-    snprintf(path, sizeof path, "%s%s", root, mkdirs[i]);
+  for (int i = 0; i < opts.n[O_MKDIR]; i++) {
+    snprintf(path, sizeof path, "%s%s", root, opts.mkdirs[i]);
     mkdir_p(path, 0755);
   }
   if (chdir(root) < 0) gen_fail("chdir", root);
   if (syscall(SYS_pivot_root, ".", ".") < 0) gen_fail("pivot_root", root);
   if (umount2(".", MNT_DETACH) < 0) gen_fail("umount old root", NULL);
   if (chdir("/") < 0) gen_fail("chdir", "/");
-  if (!lower) umount2("/.sl/gen", MNT_DETACH); /* the recursive bind copied our workspace */
-  if (write(ready_w, "1", 1) != 1) _exit(113);
+  if (!opts.lower) umount2("/.sl/gen", MNT_DETACH); /* the recursive bind copied our workspace */
+  if (write(ready_w, "1", 1) != 1) _exit(EXIT_SETUP);
   char c;
   while (read(hold_r, &c, 1) < 0 && errno == EINTR) {
   }
@@ -546,7 +676,7 @@ static void confine_self(void) {
   ok = ok && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &filter) == 0;
   if (!ok) {
     dprintf(2, "sandboxlite-executor: cannot confine a supervisor: %s\n", strerror(errno));
-    _exit(113);
+    _exit(EXIT_SETUP);
   }
 }
 
@@ -641,7 +771,7 @@ static void do_reset(uint32_t id) {
     return;
   }
   make_standby();
-  send_str('R', id, "0");
+  send_frame(REP_OK, id, NULL, 0, -1);
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -770,7 +900,7 @@ static void standby_serve(int sock) {
 
 /* Z: confined; keeps only the control socket (its standbys report on it) and its own. */
 static void zygote_main(int sock) {
-  if (sock != ctrl + 1 && dup2(sock, ctrl + 1) < 0) _exit(113);
+  if (sock != ctrl + 1 && dup2(sock, ctrl + 1) < 0) _exit(EXIT_SETUP);
   sock = ctrl + 1;
   /* 0-2 stay (as in the executor): descriptors a request brings must land above them */
   if (ctrl > 3) syscall(SYS_close_range, 3, (unsigned)ctrl - 1, 0);
@@ -921,17 +1051,18 @@ static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds
   close_fds(fds, nfds);
   add_child(id, s);
   make_standby(); /* for the next request: the zygote clones one meanwhile */
-  /* no reply on success: the host learns the outcome from 'X' */
+  /* no reply on success: the host learns the outcome from REP_EXIT */
 }
 
-/* "all": kill the command and everything below it.
- * "desc PID": kill what the command started after pid PID, not the command. */
+/* KILL_ALL: kill the command and everything below it.
+ * KILL_DESC " FLOOR": kill what the command started after pid FLOOR, not the
+ * command.  Anything else kills it all, as the safe reading. */
 static void do_kill(uint32_t id, const char *how) {
   for (size_t i = 0; i < n_children; i++)
     if (children[i].id == id) {
-      if (strncmp(how, "desc", 4) == 0) {
+      if (strncmp(how, KILL_DESC " ", sizeof KILL_DESC) == 0) {
         union sigval v;
-        v.sival_int = atoi(how + 4);
+        v.sival_int = atoi(how + sizeof KILL_DESC);
         sigqueue(children[i].pid, SIGUSR1, v);
       } else {
         kill(children[i].pid, SIGTERM);
@@ -956,7 +1087,7 @@ static void do_open(uint32_t id, char *payload, size_t plen) {
       return;
     }
   }
-  int oflags = (int)(flags & 0x0fffffffu) | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+  int oflags = (int)(flags & OP_KERNEL_MASK) | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
   int fd = open_in(path, oflags, mode);
   if (fd < 0) {
     send_errno(id, errno);
@@ -988,9 +1119,7 @@ static void do_open(uint32_t id, char *payload, size_t plen) {
     return;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  char buf[64];
-  int n = snprintf(buf, sizeof buf, "%u %lld", (unsigned)st.st_mode, (long long)st.st_size);
-  send_frame('F', id, buf, (uint32_t)n, fd);
+  send_frame(REP_FD, id, NULL, 0, fd); /* no payload: the host fstat()s what it gets, never trusting us */
   close(fd);
 }
 
@@ -1011,7 +1140,7 @@ static void do_mkdir(uint32_t id, char *payload, size_t plen) {
     return;
   }
   close(fd);
-  send_str('R', id, "0");
+  send_frame(REP_OK, id, NULL, 0, -1);
 }
 
 static void do_symlink(uint32_t id, char *payload, size_t plen) {
@@ -1033,7 +1162,7 @@ static void do_symlink(uint32_t id, char *payload, size_t plen) {
     return;
   }
   close(dir);
-  send_str('R', id, "0");
+  send_frame(REP_OK, id, NULL, 0, -1);
 }
 
 static void add_sink(int fd) {
@@ -1078,7 +1207,7 @@ static void reap(void) {
         if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) { /* S did not get to report */
           char buf[32];
           snprintf(buf, sizeof buf, "%d", st);
-          send_str('X', children[i].id, buf);
+          send_str(REP_EXIT, children[i].id, buf);
         }
         children[i] = children[--n_children];
         break;
@@ -1095,7 +1224,7 @@ static int handle_request(void) {
   memcpy(&len, hdr, 4);
   memcpy(&id, hdr + 5, 4);
   char type = hdr[4];
-  if (len < 5 || len > MAX_FRAME) return -1;
+  if (len < 5 || len - 5 > MAX_REQUEST_PAYLOAD) return -1;
   size_t plen = len - 5;
   char *payload = malloc(plen + 1);
   if (!payload) return -1;
@@ -1106,26 +1235,26 @@ static int handle_request(void) {
   payload[plen] = 0;
   /* descriptors travel in MSG_CMSG_CLOEXEC; the command's copies are dup2'd */
   switch (type) {
-    case 'S':
+    case REQ_SPAWN:
       do_spawn(id, payload, plen, fds, nfds);
       nfds = 0;
       break;
-    case 'K':
+    case REQ_KILL:
       do_kill(id, payload);
       break;
-    case 'O':
+    case REQ_OPEN:
       do_open(id, payload, plen);
       break;
-    case 'M':
+    case REQ_MKDIR:
       do_mkdir(id, payload, plen);
       break;
-    case 'Y':
+    case REQ_SYMLINK:
       do_symlink(id, payload, plen);
       break;
-    case 'Z':
+    case REQ_RESET:
       do_reset(id);
       break;
-    case 'L': {
+    case REQ_LAST_PID: {
       char buf[32] = "0";
       int fd = openat(proc_fd, "sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
       if (fd >= 0) {
@@ -1134,16 +1263,13 @@ static int handle_request(void) {
         close(fd);
       }
       buf[strcspn(buf, "\n")] = 0;
-      send_str('R', id, buf);
+      send_str(REP_OK, id, buf);
       break;
     }
-    case 'D':
+    case REQ_SINK:
       for (int i = 0; i < nfds; i++) add_sink(fds[i]);
       nfds = 0;
       break;
-    case 'Q':
-      free(payload);
-      return -1;
     default:
       send_errno(id, ENOSYS);
   }
@@ -1152,22 +1278,92 @@ static int handle_request(void) {
   return 0;
 }
 
-static void apply_rlimit(const char *spec) {
-  /* NAME=VALUE, VALUE in the resource's unit; "inf" for no limit */
-  static const struct {
-    const char *name;
-    int res;
-  } names[] = {{"cpu", RLIMIT_CPU}, {"as", RLIMIT_AS}, {"fsize", RLIMIT_FSIZE}, {"nproc", RLIMIT_NPROC},
-               {"nofile", RLIMIT_NOFILE}, {"core", RLIMIT_CORE}, {"stack", RLIMIT_STACK}};
-  const char *eq = strchr(spec, '=');
-  if (!eq) return;
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    if (strncmp(spec, names[i].name, (size_t)(eq - spec)) || names[i].name[eq - spec]) continue;
-    struct rlimit rl;
-    rl.rlim_cur = rl.rlim_max = strcmp(eq + 1, "inf") == 0 ? RLIM_INFINITY : strtoull(eq + 1, NULL, 10);
-    if (setrlimit(names[i].res, &rl) < 0) {
-      dprintf(2, "sandboxlite-executor: setrlimit %s: %s\n", spec, strerror(errno));
-      _exit(112);
+/* ---- options: parsed and checked first, acted on afterwards ------------- */
+
+static void bad_option(const char *fmt, ...) {
+  char msg[OPTION_PATH_MAX + 256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  dprintf(2, "sandboxlite-executor: %s\n", msg); /* one write */
+  _exit(EXIT_BAD_OPTION);
+}
+
+/* A decimal number without sign, spaces or overflow; 0, or -1. */
+static int parse_number(const char *s, unsigned long long *out) {
+  if (*s < '0' || *s > '9') return -1;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end || errno) return -1;
+  *out = v;
+  return 0;
+}
+
+/* Fill opts from argv[1..]: nothing is opened, closed, read or set here, so a
+ * bad command line is refused before the executor does anything at all. */
+static void parse_options(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *eq = strchr(a, '=');
+    int id = 0;
+    while (id < N_OPTS && (!eq || strncmp(a, opt_specs[id].key, (size_t)(eq - a)) || opt_specs[id].key[eq - a])) id++;
+    if (id == N_OPTS) bad_option("unknown option '%s'", a);
+    const struct opt_spec *spec = &opt_specs[id];
+    const char *v = eq + 1;
+    if (opts.n[id] == spec->max) {
+      if (spec->max == 1) bad_option("option '%s': %s= given more than once", a, spec->key);
+      bad_option("more than %d %s= options", spec->max, spec->key);
+    }
+    unsigned long long n = 0;
+    switch (spec->kind) {
+      case OPT_FD:
+        if (parse_number(v, &n) < 0 || n > INT_MAX) bad_option("option '%s': expected a descriptor number", a);
+        if (fcntl((int)n, F_GETFD) < 0) bad_option("option '%s': descriptor %llu is not open", a, n);
+        *(id == O_CTRL ? &opts.ctrl : id == O_EXE ? &opts.exe : &opts.seccomp) = (int)n;
+        break;
+      case OPT_SIZE:
+        if (parse_number(v, &n) < 0) bad_option("option '%s': expected a number of bytes", a);
+        *(id == O_UPPER ? &opts.upper : id == O_TMP ? &opts.tmp : &opts.testbed) = n;
+        break;
+      case OPT_FLAG:
+        if (strcmp(v, "0") && strcmp(v, "1")) bad_option("option '%s': expected 0 or 1", a);
+        *(id == O_DEVDIR ? &opts.devdir : &opts.rootro) = v[0] == '1';
+        break;
+      case OPT_RLIMIT:
+        if (strcmp(v, "inf") == 0)
+          opts.rlimit[id] = RLIM_INFINITY;
+        else if (parse_number(v, &n) == 0)
+          opts.rlimit[id] = (rlim_t)n;
+        else
+          bad_option("option '%s': expected a number or inf", a);
+        break;
+      case OPT_PATH:
+        /* room for the generation's prefix; a comma or colon would split the overlay's options */
+        if (v[0] != '/' || strlen(v) > OPTION_PATH_MAX || (id == O_LOWER && strpbrk(v, ",:")))
+          bad_option("option '%s': expected an absolute path", a);
+        if (id == O_LOWER)
+          opts.lower = v;
+        else
+          (id == O_BIND ? opts.binds : id == O_WTMPFS ? opts.wtmpfs : opts.mkdirs)[opts.n[id]] = v;
+        break;
+    }
+    opts.n[id]++;
+  }
+  if (!opts.n[O_SECCOMP]) bad_option("no seccomp filter (seccomp=FD): refusing to run commands unfiltered");
+}
+
+/* The options that act on the executor itself (the rest shape generations). */
+static void apply_options(void) {
+  ctrl = opts.ctrl;
+  if (opts.n[O_EXE]) close(opts.exe);
+  if (load_filter(opts.seccomp) < 0) die("reading the seccomp filter");
+  for (int id = 0; id < N_OPTS; id++) {
+    if (opt_specs[id].kind != OPT_RLIMIT || !opts.n[id]) continue;
+    struct rlimit rl = {opts.rlimit[id], opts.rlimit[id]};
+    if (setrlimit(opt_rlimit[id], &rl) < 0) {
+      dprintf(2, "sandboxlite-executor: setrlimit %s: %s\n", opt_specs[id].key, strerror(errno));
+      _exit(EXIT_RLIMIT);
     }
   }
 }
@@ -1193,61 +1389,29 @@ static int launch(int argc, char **argv) {
   }
   if (argc < 5) {
     dprintf(2, "sandboxlite-executor: launch [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...\n");
-    return 111;
+    return EXIT_FATAL;
   }
   uid_t uid = (uid_t)strtoul(argv[2], NULL, 10);
   gid_t gid = (gid_t)strtoul(argv[3], NULL, 10);
   if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) die("drop privileges");
   if (getuid() != uid || geteuid() != uid || setuid(0) == 0) {
     dprintf(2, "sandboxlite-executor: could not drop to uid %u\n", (unsigned)uid);
-    return 111;
+    return EXIT_FATAL;
   }
   execv(argv[4], argv + 4);
   die(argv[4]);
-  return 111;
+  return EXIT_FATAL;
 }
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "launch") == 0) return launch(argc, argv);
+  parse_options(argc, argv); /* first: a bad option is refused before anything is done */
   /* dispositions survive execve: whatever the host ignored (Python ignores
    * SIGPIPE) must not leak into the sandbox's commands */
   for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
   prctl(PR_SET_DUMPABLE, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strncmp(a, "ctrl=", 5) == 0)
-      ctrl = atoi(a + 5);
-    else if (strncmp(a, "exe=", 4) == 0)
-      close(atoi(a + 4)); /* the descriptor we were executed through */
-    else if (strncmp(a, "seccomp=", 8) == 0) {
-      if (load_filter(atoi(a + 8)) < 0) die("reading the seccomp filter");
-    } else if (strncmp(a, "lower=", 6) == 0)
-      lower = a + 6;
-    else if (strncmp(a, "upper=", 6) == 0)
-      sz_upper = strtoull(a + 6, NULL, 10);
-    else if (strncmp(a, "tmp=", 4) == 0)
-      sz_tmp = strtoull(a + 4, NULL, 10);
-    else if (strncmp(a, "testbed=", 8) == 0) {
-      sz_testbed = strtoull(a + 8, NULL, 10);
-      testbed_tmpfs = sz_testbed > 0;
-    } else if (strncmp(a, "bind=", 5) == 0 && n_binds < 64)
-      binds[n_binds++] = a + 5;
-    else if (strncmp(a, "wtmpfs=", 7) == 0 && n_wtmpfs < 8)
-      wtmpfs[n_wtmpfs++] = a + 7;
-    else if (strcmp(a, "devdir=1") == 0)
-      devdir = 1;
-    else if (strcmp(a, "rootro=1") == 0)
-      rootro = 1;
-    else if (strncmp(a, "mkdir=", 6) == 0 && n_mkdirs < 8)
-      mkdirs[n_mkdirs++] = a + 6;
-    else
-      apply_rlimit(a);
-  }
-  if (filter.len == 0) {
-    dprintf(2, "sandboxlite-executor: no seccomp filter (seccomp=FD): refusing to run commands unfiltered\n");
-    _exit(111);
-  }
+  apply_options();
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGCHLD);
@@ -1266,7 +1430,7 @@ int main(int argc, char **argv) {
   proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0 || proc_fd < 0 || chroot("/proc") < 0 || chdir("/") < 0) die("moving into /proc");
   if (new_generation() < 0) die("setting up the sandbox's filesystem");
-  send_str('H', 0, "sandboxlite-executor 2");
+  send_str(REP_HELLO, 0, HELLO_TEXT);
   make_standby(); /* the zygote confines itself while the host reads the hello */
   for (;;) {
     int r = poll(pfds, 2 + n_sinks, -1);
