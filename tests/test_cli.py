@@ -1,8 +1,15 @@
 """The CLI parses, runs and maps errors to exit codes (click's CliRunner, real sandboxes)."""
 
+import json
+from pathlib import Path
+
 from click.testing import CliRunner
 
-from sandboxlite.cli import EXIT_SANDBOX, EXIT_USAGE, main
+from sandboxlite.cli import EXIT_MODEL, EXIT_NOT_SUBMITTED, EXIT_SANDBOX, EXIT_USAGE, main
+
+from .fake_openai import FakeOpenAIServer
+
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo_004.json"
 
 
 def run(*args, input=None):
@@ -40,15 +47,9 @@ def test_bad_config_is_usage_error(tmp_path):
 
 
 def test_setup_failure_is_125_with_hint(monkeypatch):
-    from sandboxlite import bwrap
-
-    bwrap.find_bwrap.cache_clear()
     monkeypatch.setenv("SANDBOXLITE_BWRAP", "/nonexistent/bwrap")
     monkeypatch.setenv("PATH", "/nonexistent")
-    try:
-        r = run("exec", "--", "true")
-    finally:
-        bwrap.find_bwrap.cache_clear()
+    r = run("exec", "--", "true")
     assert r.exit_code == EXIT_SANDBOX
     assert "Hint:" in r.stderr
 
@@ -58,3 +59,18 @@ def test_doctor_reports_each_check():
     assert r.exit_code == 0, r.output
     for name in ("bubblewrap", "user namespaces", "seccomp", "cgroups", "identity", "executor", "rootfs", "sandbox"):
         assert f"] {name}:" in r.stdout
+
+
+def test_run_exit_code_follows_how_the_run_ended(tmp_path):
+    """A model error is exit code 3 (the run's reason, not the text, decides), a limit is 1."""
+    S = FakeOpenAIServer
+    with S([S.error(401, "bad key")]) as srv:
+        r = run("run", str(DEMO), "--model", "m", "--base-url", srv.base_url, "--api-key", "k", "--mode", "vanilla",
+                "--output-dir", str(tmp_path / "err"))  # fmt: skip
+    assert r.exit_code == EXIT_MODEL and "the run ended without an answer: model error: " in r.stderr
+    t = json.loads((tmp_path / "err" / "trajectory.json").read_text())
+    assert t["reason"] == "model_error" and t["exit_reason"].startswith("model error: ")
+    r = run("run", str(DEMO), "--model", "scripted", "--max-steps", "1", "--quiet",
+            "--output-dir", str(tmp_path / "lim"))  # fmt: skip
+    assert r.exit_code == EXIT_NOT_SUBMITTED and "limits exceeded: max_steps=1 reached" in r.stderr
+    assert json.loads((tmp_path / "lim" / "trajectory.json").read_text())["reason"] == "max_steps"

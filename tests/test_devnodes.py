@@ -6,15 +6,18 @@ import stat
 import pytest
 
 from sandboxlite import ConfigError, Sandbox, devnodes
-from sandboxlite.bwrap import BwrapInfo, JailFds, build_argv
+from sandboxlite.bwrap import BwrapInfo
 from sandboxlite.config import SandboxConfig
+from sandboxlite.host import Host
+from sandboxlite.plan import EXECUTOR_FD, plan
 from sandboxlite.rootfs import RootfsPlan
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only root can make device nodes")
 
 PLAN = RootfsPlan(name="t", kind="dir", path="/img", binds=(("/img/usr", "/usr"),), symlinks=())
 INFO = BwrapInfo(path="/usr/bin/bwrap", version=(0, 8, 0), disable_userns=True)
-FDS = JailFds(ctrl=7, executor=8, seccomp=9)
+USER = Host(bwrap=INFO, euid=1000)
+ROOT = Host(bwrap=INFO, euid=0, run_as=(999, 999), launcher=("/l", ("l",)), dev="/dev/.sandboxlite-1", dev_reason="")
 
 DEV_CHECK = r"""
 import errno, json, os, pty
@@ -44,13 +47,13 @@ def run_check(sb):
 
 
 def test_argv_binds_a_ready_made_dev_once_instead_of_dev():
-    plain = build_argv(SandboxConfig(), PLAN, FDS, INFO, [])
-    made = build_argv(SandboxConfig(), PLAN, FDS, INFO, [], dev="/dev/.sandboxlite-1")
+    plain = list(plan(SandboxConfig(), USER, PLAN).argv)
+    made = list(plan(SandboxConfig(), ROOT, PLAN).argv)
     assert "--dev" in plain and "--dev-bind" not in plain and "devdir=1" not in plain
     i = made.index("--dev-bind")
     assert made[i + 1 : i + 3] == ["/dev/.sandboxlite-1", "/dev"]
     assert "--dev" not in made
-    assert "devdir=1" in made[made.index("/proc/self/fd/8") :]  # an executor argument
+    assert "devdir=1" in made[made.index(f"/proc/self/fd/{EXECUTOR_FD}") :]  # an executor argument
 
 
 @root_only
@@ -81,13 +84,13 @@ def test_build_makes_exactly_the_nodes_and_problems_spots_tampering(tmp_path):
 
 
 @root_only
-def test_a_sandbox_sees_the_same_dev_either_way(monkeypatch):
-    assert devnodes.prepare() == devnodes.DIR, devnodes.reason()
-    with Sandbox(rootfs="host") as sb:
+def test_a_sandbox_sees_the_same_dev_either_way():
+    host = Host.detect()
+    assert host.dev == devnodes.DIR, host.dev_reason
+    with Sandbox(rootfs="host", host=host) as sb:
         assert sb.info["dev"].startswith("ready-made") and "--dev-bind" in sb.argv
         ready = run_check(sb)
-    monkeypatch.setattr(devnodes, "prepare", lambda: None)
-    with Sandbox(rootfs="host") as sb:
+    with Sandbox(rootfs="host", host=Host.detect({**os.environ, "SANDBOXLITE_DEV": "bwrap"})) as sb:
         assert sb.info["dev"] == "bwrap --dev" and "--dev" in sb.argv
         theirs = run_check(sb)
     for got in (ready, theirs):
@@ -114,29 +117,19 @@ def test_each_generation_gets_fresh_ptys_and_the_image_root_works_too():
         assert " - devtmpfs " in line[0] and " ro," in line[0]
 
 
-def test_falls_back_to_bwrap_dev_when_it_cannot_be_made(monkeypatch):
-    monkeypatch.setattr(devnodes, "_state", None)
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert devnodes.prepare() is None and "only root" in devnodes.reason()
-    monkeypatch.setattr(devnodes, "_state", None)
-    monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setenv("SANDBOXLITE_DEV", "bwrap")
-    assert devnodes.prepare() is None and "SANDBOXLITE_DEV" in devnodes.reason()
-    monkeypatch.delenv("SANDBOXLITE_DEV")
-    monkeypatch.setattr(devnodes, "_state", None)
-    monkeypatch.setattr(devnodes, "DIR", "/proc/no-such-dir/dev")  # cannot be made there
-    assert devnodes.prepare() is None and "cannot make" in devnodes.reason()
-    monkeypatch.setattr(devnodes, "_state", None)
+def test_falls_back_to_bwrap_dev_when_it_cannot_be_made():
+    path, why = devnodes.prepare({}, euid=1000)
+    assert path is None and "only root" in why
+    path, why = devnodes.prepare({"SANDBOXLITE_DEV": "bwrap"}, euid=0)
+    assert path is None and "SANDBOXLITE_DEV" in why
+    path, why = devnodes.prepare({}, euid=0, path="/proc/no-such-dir/dev")  # cannot be made there
+    assert path is None and "cannot make" in why
 
 
-def test_an_unknown_dev_mode_is_a_config_error(monkeypatch):
-    monkeypatch.setattr(devnodes, "_state", None)
-    monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setenv("SANDBOXLITE_DEV", "tmpfs")
+def test_an_unknown_dev_mode_is_a_config_error():
     with pytest.raises(ConfigError) as e:
-        devnodes.prepare()
+        devnodes.prepare({"SANDBOXLITE_DEV": "tmpfs"}, euid=0)
     assert e.value.field == "SANDBOXLITE_DEV" and "'tmpfs'" in str(e.value) and e.value.hint
-    monkeypatch.setenv("SANDBOXLITE_DEV", "auto")
-    monkeypatch.setattr(devnodes, "_state", None)
-    monkeypatch.undo()
-    monkeypatch.setattr(devnodes, "_state", None)
+    with pytest.raises(ConfigError):  # and so does a Host (a sandbox's start) with it
+        Host.detect({**os.environ, "SANDBOXLITE_DEV": "tmpfs"}) if os.geteuid() == 0 else devnodes.prepare(
+            {"SANDBOXLITE_DEV": "tmpfs"}, euid=0)

@@ -1,11 +1,13 @@
 """How the executor is compiled: static, with musl when setup installed it, else static glibc."""
 
+import dataclasses
 import os
 import shutil
 
 import pytest
 
 from sandboxlite import Sandbox, executor
+from sandboxlite.host import Host
 
 
 def test_the_executor_is_static_and_built_with_musl():
@@ -25,17 +27,10 @@ def test_without_musl_it_falls_back_to_static_glibc(tmp_path, monkeypatch):
     assert executor.is_static(path) and not executor.is_musl(path)
     # the fallback is a working executor: a sandbox runs on it
     monkeypatch.undo()  # the sandbox's other files stay in the usual cache
-    import sandboxlite.sandbox as sbmod
-
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    monkeypatch.setattr(sbmod, "_executor_fd", fd)
-    try:
-        with Sandbox(rootfs="host") as sb:
-            r = sb.exec(["/bin/echo", "hi"])
-            running = os.stat(f"/proc/{sb.executor_pid}/exe")
-    finally:
-        monkeypatch.undo()
-        os.close(fd)
+    host = dataclasses.replace(Host.detect(), executor=str(path))
+    with Sandbox(rootfs="host", host=host) as sb:
+        r = sb.exec(["/bin/echo", "hi"])
+        running = os.stat(f"/proc/{sb.executor_pid}/exe")
     assert (r.exit_code, r.stdout) == (0, b"hi\n")
     built = os.stat(path)
     assert (running.st_dev, running.st_ino) == (built.st_dev, built.st_ino)

@@ -43,7 +43,7 @@ def test_joins_cgroups_before_dropping_privileges():
     support = cgroups.detect()
     if support.kind != "v1":
         pytest.fail(f"root, but cgroup v1 pids/memory are unusable: {support.reason}")
-    cg = cgroups.Cgroup.create(support, 64 << 20, 16)
+    cg = cgroups.Allocator(support).create(64 << 20, 16)
     try:
         args = [x for f in cg.tasks_files() for x in ("-t", f)]
         r = launch(*args, "65534", "65534", "/bin/cat", "/proc/self/cgroup")

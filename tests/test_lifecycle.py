@@ -8,7 +8,8 @@ import time
 import psutil
 import pytest
 
-from sandboxlite import netns, paths
+from sandboxlite import launch, paths
+from sandboxlite.host import default_host
 from sandboxlite import CommandFailed, CommandTimeout, ExecResult, Sandbox, SandboxClosed, SandboxCrashed, SandboxError
 
 from .conftest import alive, jail_tree, tree
@@ -145,8 +146,9 @@ def test_crash_is_detected_and_reset_recovers():
 
 def test_many_cycles_leave_nothing_behind():
     me = psutil.Process()
-    pool = netns.pool()  # its ready namespaces are descriptors too: count them full, before and after
-    pool.wait_ready(pool.size, 5)
+    pool = default_host().netns  # its ready namespaces are descriptors too: count them full, before and after
+    if pool is not None:
+        pool.wait_ready(pool.size, 5)
     base_fds = me.num_fds()
     base_children = len(me.children(recursive=True))
     def temp_entries():
@@ -161,7 +163,8 @@ def test_many_cycles_leave_nothing_behind():
         with Sandbox() as sb:
             sb.exec(["true"])
     assert len(me.children(recursive=True)) == base_children
-    pool.wait_ready(pool.size, 5)
+    if pool is not None:
+        pool.wait_ready(pool.size, 5)
     assert me.num_fds() <= base_fds + 2  # +2: the cached executor fd and seccomp build, opened once
     assert temp_entries() - tmp_before == set()
     from sandboxlite import cgroups
@@ -242,23 +245,20 @@ def test_descriptors_above_1024_work():
             os.close(fd)
 
 
-def test_a_failed_start_leaves_no_process(monkeypatch):
+def test_a_failed_start_leaves_no_process():
     """A jail that dies or hangs half-way through its setup must not leave any process behind."""
     import signal as sig
 
-    import sandboxlite.sandbox as mod
+    from sandboxlite import SandboxConfig
 
     seen = {}
-    real = mod.Sandbox._read_child_pid
 
-    def inject(fault):
-        def read_then_fault(self, info_r):
-            pid = real(self, info_r)
-            seen["init"], seen["bwrap"] = pid, self._bwrap_pid
-            fault(self, pid)
-            return pid
+    def start(fault):
+        def on_phase(phase, jail):  # called right after bwrap has cloned the jail's init
+            seen["init"], seen["bwrap"] = jail.init_pid, jail.pid
+            fault(jail)
 
-        monkeypatch.setattr(mod.Sandbox, "_read_child_pid", read_then_fault)
+        return launch.start(SandboxConfig(), default_host(), start_timeout=0.5, on_phase=on_phase)
 
     def gone(pid):
         deadline = time.monotonic() + 5
@@ -267,16 +267,13 @@ def test_a_failed_start_leaves_no_process(monkeypatch):
         return not alive(pid)
 
     # 1. the jail's init hangs during setup (stopped): the start times out and kills it
-    monkeypatch.setattr(mod, "START_TIMEOUT_S", 0.5)
-    inject(lambda self, pid: os.kill(pid, sig.SIGSTOP))
     with pytest.raises(SandboxError):
-        Sandbox()
+        start(lambda jail: os.kill(jail.init_pid, sig.SIGSTOP))
     assert gone(seen["init"]) and gone(seen["bwrap"])
 
     # 2. bwrap itself is killed during setup and the init hangs: same
-    inject(lambda self, pid: (os.kill(pid, sig.SIGSTOP), os.kill(self._bwrap_pid, sig.SIGKILL)))
     with pytest.raises(SandboxError):
-        Sandbox()
+        start(lambda jail: (os.kill(jail.init_pid, sig.SIGSTOP), os.kill(jail.pid, sig.SIGKILL)))
     assert gone(seen["init"]) and gone(seen["bwrap"])
 
 
@@ -344,3 +341,18 @@ def test_a_command_that_stops_its_own_supervisor_still_times_out_cleanly():
         assert time.monotonic() - t < 4
         assert sb.exec("echo next").stdout == b"next\n"
         assert b"sleep 1000" not in sb.exec("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
+
+
+def test_a_start_records_its_phases_and_runs_on_the_host_it_is_given():
+    import dataclasses
+
+    from sandboxlite import Host
+
+    host = dataclasses.replace(default_host())  # a Host of its own (its own executor descriptor)
+    with Sandbox(rootfs="host", host=host) as sb:
+        assert sb.host is host
+        t = sb.start_timings
+        assert list(t) == list(launch.PHASES[1:]) and all(v >= 0 for v in t.values()), t
+        assert sum(t.values()) < 30_000  # milliseconds
+        assert sb.exec("true").exit_code == 0
+    assert isinstance(Host.detect(), Host)

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from sandboxlite import ConfigError, Sandbox, executor, netns
+from sandboxlite.host import Host, default_host
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only a root caller's launcher can join a namespace")
 HOST_NET = os.readlink("/proc/self/ns/net")
@@ -41,7 +42,6 @@ def test_a_bad_setting_stops_a_sandbox_before_it_opens_anything(monkeypatch):
     me = psutil.Process()
     with Sandbox(rootfs="host", network="host"):  # what a first sandbox opens once per process
         pass
-    monkeypatch.setattr(netns, "_pool", None)
     monkeypatch.setenv("SANDBOXLITE_NETNS_POOL", "lots")
     fds, children = me.num_fds(), me.children()
     with pytest.raises(ConfigError, match="SANDBOXLITE_NETNS_POOL"):
@@ -54,8 +54,8 @@ def test_a_bad_setting_stops_a_sandbox_before_it_opens_anything(monkeypatch):
 
 @pytest.fixture
 def full_pool():
-    pool = netns.pool()
-    if pool.size == 0:
+    pool = default_host().netns  # the pool Sandbox() uses
+    if pool is None:
         pytest.fail("SANDBOXLITE_NETNS_POOL=0 is set: these tests need the pool")
     assert pool.wait_ready(pool.size, 10), pool.broken
     assert pool.broken is None
@@ -144,25 +144,28 @@ def test_the_sandbox_holds_no_power_over_its_pooled_namespace(full_pool):
 
 
 @root_only
-def test_an_empty_or_disabled_pool_falls_back_to_bwrap(monkeypatch):
-    monkeypatch.setattr(netns, "_pool", netns.NetnsPool(0))
-    with Sandbox(rootfs="host") as sb:
+def test_an_empty_or_disabled_pool_falls_back_to_bwrap():
+    host = Host.detect({**os.environ, "SANDBOXLITE_NETNS_POOL": "0"})
+    assert host.netns is None
+    with Sandbox(rootfs="host", host=host) as sb:
         assert sb.info["netns"] == "made by bwrap" and "--unshare-net" in sb.argv
         assert os.readlink(f"/proc/{sb.executor_pid}/ns/net") != HOST_NET
         assert sb.exec(["python3", "-c", LOOPBACK_ROUND_TRIP]).stdout == b"ping\n"
+    empty = Host.detect()
+    assert empty.netns.ready() == 0  # a pool that has not filled yet: the start does not wait
+    with Sandbox(rootfs="host", host=empty) as sb:
+        assert sb.info["netns"] == "made by bwrap" and "--unshare-net" in sb.argv
     with Sandbox(rootfs="host", network="host") as sb:
         assert sb.info["netns"] == "host"
         assert os.readlink(f"/proc/{sb.executor_pid}/ns/net") == HOST_NET
 
 
 @root_only
-def test_a_pool_that_cannot_make_namespaces_says_why_and_hands_out_nothing(monkeypatch):
-    pool = netns.NetnsPool(2)
-
+def test_a_pool_that_cannot_make_namespaces_says_why_and_hands_out_nothing():
     def refuse(libc, home):
         raise OSError(1, "unshare(CLONE_NEWNET): Operation not permitted")
 
-    monkeypatch.setattr(netns, "_make", refuse)
+    pool = netns.NetnsPool(2, make=refuse)
     assert pool.take() is None
     assert pool.wait_ready(2, 5) and "not permitted" in pool.broken
     assert pool.take() is None
@@ -195,7 +198,7 @@ def test_a_forked_child_starts_with_an_empty_pool_of_its_own(full_pool):
     if pid == 0:  # pragma: no cover - runs in the child
         try:
             os.close(r)
-            child = netns.pool()
+            child = full_pool  # the parent's pool object, as the fork left it
             ok = child.ready() == 0 and child.wait_ready(1, 10) and child.take() is not None
             os.write(w, b"ok" if ok else b"no")
         finally:

@@ -21,6 +21,7 @@ from .errors import (
     SandboxFileError,
     SetupError,
 )
+from .host import Host
 from .result import ExecResult
 from .pool import SandboxPool
 from .sandbox import Sandbox
@@ -28,7 +29,8 @@ from .shell import Shell
 
 __version__ = "0.1.0"
 
-_AGENT = {"run_task": "run", "RunResult": "run", "Task": "task", "FakeModel": "model", "OpenAIModel": "model"}
+_AGENT = {"run_task": "run", "RunResult": "run", "ExitReason": "outcome", "Task": "task", "FakeModel": "model",
+          "OpenAIModel": "model"}  # fmt: skip
 
 
 def __getattr__(name: str):  # the agent layer (and openai) load only when asked for
@@ -41,6 +43,7 @@ def __getattr__(name: str):  # the agent layer (and openai) load only when asked
 __all__ = [
     "Sandbox",
     "SandboxPool",
+    "Host",
     "SandboxConfig",
     "Limits",
     "Mount",
@@ -58,6 +61,7 @@ __all__ = [
     "__version__",
     "run_task",
     "RunResult",
+    "ExitReason",
     "Task",
     "FakeModel",
     "OpenAIModel",

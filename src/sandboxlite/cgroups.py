@@ -15,10 +15,10 @@ each process's address space) and ``sandboxlite doctor`` reports it.
 from __future__ import annotations
 
 import atexit
-import functools
 import itertools
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,9 +50,9 @@ def _writable_v1(ctrl: str) -> bool:
     return (d / "cgroup.procs").exists() and (d / "tasks").exists() and os.access(d, os.W_OK)
 
 
-@functools.lru_cache(maxsize=1)
-def detect() -> Support:
-    parent = os.environ.get("SANDBOXLITE_CGROUP_PARENT")
+def detect(env: Mapping[str, str] | None = None) -> Support:
+    """What this caller can use (``Host.detect()`` asks once; not cached here)."""
+    parent = (os.environ if env is None else env).get("SANDBOXLITE_CGROUP_PARENT")
     if parent:
         p = Path(parent)
         try:
@@ -74,16 +74,8 @@ def detect() -> Support:
     return Support(None, "no pids/memory cgroup controllers mounted")
 
 
-_counter = itertools.count()
-_cleaned = False
-
-
 def _cleanup_stale(parents: list[Path]) -> None:
     """Remove empty groups left behind by processes that died (kill -9)."""
-    global _cleaned
-    if _cleaned:
-        return
-    _cleaned = True
     for parent in parents:
         if not parent.is_dir():
             continue
@@ -96,16 +88,57 @@ def _cleanup_stale(parents: list[Path]) -> None:
                     pass
 
 
-_free: list["Cgroup"] = []  # empty groups kept for reuse (mkdir/rmdir cost, dying memcgs)
-_free_lock = threading.Lock()
 FREE_MAX = 64
 
 
-@atexit.register
-def _remove_free() -> None:
-    with _free_lock:
-        while _free:
-            _free.pop()._rmdir()
+class Allocator:
+    """Creates sandboxes' cgroups under one ``Support``; keeps empty ones for reuse.
+
+    Empty groups are kept (up to 64) and reused by the next sandbox: creating and
+    removing a memory cgroup costs more than rewriting two limits.  One allocator
+    hangs off each ``Host``; the groups it keeps are removed at exit.
+    """
+
+    def __init__(self, support: Support) -> None:
+        self.support = support
+        self._free: list[Cgroup] = []
+        self._lock = threading.Lock()
+        self._counter = itertools.count()
+        self._cleaned = False
+        atexit.register(self.close)
+
+    def create(self, memory_bytes: int | None, pids: int | None) -> "Cgroup":
+        with self._lock:
+            cg = self._free.pop() if self._free else None
+        if cg is not None:
+            try:
+                cg._set_limits(self.support, memory_bytes, pids)
+                return cg
+            except OSError:
+                cg._rmdir()
+        return Cgroup._new(self, memory_bytes, pids)
+
+    def _name(self) -> str:
+        return f"{os.getpid()}-{id(self) & 0xFFFFFF:x}-{next(self._counter)}"
+
+    def _sweep_once(self, parents: list[Path]) -> None:
+        if not self._cleaned:
+            self._cleaned = True
+            _cleanup_stale(parents)
+
+    def _give_back(self, cg: "Cgroup") -> bool:
+        with self._lock:
+            if len(self._free) < FREE_MAX:
+                self._free.append(cg)
+                return True
+        return False
+
+    def close(self) -> None:
+        """Remove the empty groups kept for reuse."""
+        with self._lock:
+            free, self._free = self._free, []
+        for cg in free:
+            cg._rmdir()
 
 
 class Cgroup:
@@ -115,21 +148,10 @@ class Cgroup:
     creating and removing a memory cgroup costs more than rewriting two limits.
     """
 
-    def __init__(self, dirs: list[Path], limits: tuple | None = None) -> None:
+    def __init__(self, dirs: list[Path], limits: tuple | None = None, owner: Allocator | None = None) -> None:
         self.dirs = dirs
         self.limits = limits
-
-    @classmethod
-    def create(cls, support: Support, memory_bytes: int | None, pids: int | None) -> "Cgroup":
-        with _free_lock:
-            cg = _free.pop() if _free else None
-        if cg is not None:
-            try:
-                cg._set_limits(support, memory_bytes, pids)
-                return cg
-            except OSError:
-                cg._rmdir()
-        return cls._new(support, memory_bytes, pids)
+        self.owner = owner
 
     def _set_limits(self, support: Support, memory_bytes: int | None, pids: int | None) -> None:
         if self.limits == (support.kind, memory_bytes, pids):
@@ -145,15 +167,16 @@ class Cgroup:
         self.limits = (support.kind, memory_bytes, pids)
 
     @classmethod
-    def _new(cls, support: Support, memory_bytes: int | None, pids: int | None) -> "Cgroup":
-        name = f"{os.getpid()}-{next(_counter)}"
+    def _new(cls, owner: Allocator, memory_bytes: int | None, pids: int | None) -> "Cgroup":
+        support = owner.support
+        name = owner._name()
         dirs: list[Path] = []
         try:
             if support.kind == "v1":
                 parents = [V1_ROOT / "pids" / GROUP, V1_ROOT / "memory" / GROUP]
                 for p in parents:
                     p.mkdir(exist_ok=True)
-                _cleanup_stale(parents)
+                owner._sweep_once(parents)
                 pd, md = parents[0] / name, parents[1] / name
                 pd.mkdir()
                 dirs.append(pd)
@@ -164,7 +187,7 @@ class Cgroup:
                 _v1_memory(md, memory_bytes)
             elif support.kind == "v2":
                 parent = Path(support.reason)
-                _cleanup_stale([parent])
+                owner._sweep_once([parent])
                 d = parent / name
                 d.mkdir()
                 dirs.append(d)
@@ -179,7 +202,7 @@ class Cgroup:
         except BaseException:
             cls(dirs)._rmdir()
             raise
-        return cls(dirs, (support.kind, memory_bytes, pids))
+        return cls(dirs, (support.kind, memory_bytes, pids), owner)
 
     def tasks_files(self) -> list[str]:
         """cgroup v1 ``tasks`` files: a thread that writes "0" there joins without the global lock."""
@@ -199,12 +222,10 @@ class Cgroup:
 
     def destroy(self) -> None:
         """Give the group back (for reuse when it is empty), or remove it."""
-        if self.dirs and not self.pids():
-            with _free_lock:
-                if len(_free) < FREE_MAX:
-                    _free.append(Cgroup(self.dirs, self.limits))
-                    self.dirs = []
-                    return
+        if self.dirs and self.owner is not None and not self.pids():
+            if self.owner._give_back(Cgroup(self.dirs, self.limits, self.owner)):
+                self.dirs = []
+                return
         self._rmdir()
 
     def _rmdir(self) -> None:

@@ -15,7 +15,8 @@ table names no host path (it reads ``/.sandboxlite-1``).
 
 Non-root callers cannot make device nodes and keep ``--dev``, and so does any
 root caller where the directory cannot be made or checked (a read-only or
-foreign /dev): ``prepare()`` then returns None and says why in ``reason()``.
+foreign /dev): ``prepare()`` then returns None and says why.  ``Host.detect()``
+asks once per host; nothing is cached here.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from collections.abc import Mapping
 
 from .errors import ConfigError
 
@@ -33,10 +35,6 @@ NODES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "uran
 LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
          "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx", "core": "/proc/kcore"}  # fmt: skip
 DIRS = ("pts", "shm")
-
-_lock = threading.Lock()
-_state: tuple[str | None, str] | None = None  # (path or None, why not)
-
 
 def problems(path: str | None = None) -> list[str]:
     """What is wrong with ``path`` (default DIR) as a sandbox /dev (empty when it is exactly right)."""
@@ -107,47 +105,29 @@ def build(path: str | None = None) -> None:
             os.rmdir(tmp)
 
 
-def prepare() -> str | None:
-    """DIR, made if needed, when this caller can use it; else None (see ``reason()``)."""
-    global _state
-    with _lock:
-        if _state is None:
-            _state = _prepare()
-        return _state[0]
-
-
-def reason() -> str:
-    """Why ``prepare()`` returned None ('' when it did not)."""
-    prepare()
-    return _state[1] if _state else ""
-
-
-def _prepare() -> tuple[str | None, str]:
-    if os.geteuid() != 0:
+def prepare(env: Mapping[str, str] | None = None, euid: int | None = None,
+            path: str | None = None) -> tuple[str | None, str]:  # fmt: skip
+    """``(path, "")`` when this caller's sandboxes can bind the ready-made /dev at ``path``
+    (default DIR; made if needed), else ``(None, why not)``.  A bad ``SANDBOXLITE_DEV`` is a
+    ConfigError."""
+    path = path or DIR
+    if (os.geteuid() if euid is None else euid) != 0:
         return None, "only root can make device nodes: bwrap's --dev is used"
-    mode = os.environ.get("SANDBOXLITE_DEV", "").strip()
+    mode = (os.environ if env is None else env).get("SANDBOXLITE_DEV", "").strip()
     if mode not in ("", "auto", "bwrap"):
         raise ConfigError("SANDBOXLITE_DEV", f"must be auto or bwrap, got {mode!r}",
                           hint="unset it (auto: a ready-made /dev for root callers), or bwrap for bwrap's --dev")
     if mode == "bwrap":
         return None, "SANDBOXLITE_DEV=bwrap: bwrap's --dev is used"
     try:
-        if not os.path.lexists(DIR):
-            build()
+        if not os.path.lexists(path):
+            build(path)
     except OSError as e:
-        return None, f"cannot make {DIR}: {e.strerror or e}; bwrap's --dev is used"
-    wrong = problems()
+        return None, f"cannot make {path}: {e.strerror or e}; bwrap's --dev is used"
+    wrong = problems(path)
     if wrong:
         return None, "; ".join(wrong) + "; bwrap's --dev is used (delete the directory to have it remade)"
-    st = os.statvfs(DIR)
+    st = os.statvfs(path)
     if st.f_flag & os.ST_NODEV:
-        return None, f"{DIR} is on a nodev mount; bwrap's --dev is used"
-    return DIR, ""
-
-
-def _reset_after_fork() -> None:
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
+        return None, f"{path} is on a nodev mount; bwrap's --dev is used"
+    return path, ""

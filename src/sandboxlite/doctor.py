@@ -11,8 +11,9 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bwrap, cgroups, devnodes, executor, netns, rootfs, seccomp
+from . import bwrap, cgroups, devnodes, executor, rootfs, seccomp
 from .errors import SandboxError
+from .host import default_host
 
 
 @dataclass
@@ -108,7 +109,7 @@ def check_executor() -> Check:
 
 
 def check_identity() -> Check:
-    from .sandbox import run_as
+    from .identity import run_as
 
     try:
         ids = run_as()
@@ -146,7 +147,7 @@ def check_rootfs() -> Check:
             "no built image; sandboxes use the host's /usr read-only (rootfs='host')",
             f"build the default image (about a minute): sandboxlite rootfs build {rootfs.DEFAULT_PROFILE}",
         )  # fmt: skip
-    from .sandbox import run_as
+    from .identity import run_as
 
     ids = run_as()
     want = ids[0] if ids else os.geteuid()
@@ -167,13 +168,13 @@ def check_fast_start() -> Check:
         return Check("fast start", "ok", "not root: bwrap makes /dev and the network namespace (~1 ms more per start)")
     notes = []
     try:
-        dev = devnodes.prepare()
-        pool = netns.pool()
+        host = default_host()  # the Host this process's sandboxes use
     except SandboxError as e:
         return Check("fast start", "fail", e.message, e.hint or "")
-    if dev is None:
-        notes.append(devnodes.reason())
-    if pool.size == 0:
+    if host.dev is None:
+        notes.append(host.dev_reason)
+    pool = host.netns
+    if pool is None:
         notes.append("SANDBOXLITE_NETNS_POOL=0: bwrap makes each network namespace")
     elif not pool.wait_ready(1, 5) or pool.broken:
         notes.append(f"network namespaces cannot be made ahead of time: {pool.broken or 'timed out'}")
@@ -181,7 +182,7 @@ def check_fast_start() -> Check:
         return Check("fast start", "warn", "; ".join(notes),
                      "sandboxes work, each start takes up to ~1 ms longer; unset SANDBOXLITE_DEV / "
                      "SANDBOXLITE_NETNS_POOL, or run where root may make device nodes and namespaces")  # fmt: skip
-    return Check("fast start", "ok", f"ready-made /dev ({devnodes.DIR}); {pool.size} network namespaces kept ready")
+    return Check("fast start", "ok", f"ready-made /dev ({host.dev}); {pool.size} network namespaces kept ready")
 
 
 def check_sandbox() -> Check:

@@ -9,7 +9,6 @@ it does and the wire protocol it speaks.
 from __future__ import annotations
 
 import errno
-import functools
 import hashlib
 import os
 import platform
@@ -101,9 +100,10 @@ def _build(source: str, name: str, flag_sets: list[list[str]]) -> Path:
     return target
 
 
-@functools.lru_cache(maxsize=1)
 def executor_path() -> Path:
     """Path of the compiled executor, building it on first use (static first: runs over any rootfs).
+
+    Not cached in memory (``Host.detect()`` asks once); the binary is cached on disk by content hash.
 
     musl first when installed: a static glibc program probes the CPU at every
     start, which costs ~0.3 ms of every cold start on VMs where CPUID traps
@@ -115,7 +115,6 @@ def executor_path() -> Path:
                   [["musl", *base, "-static", "-isystem", "{kinc}"], [*base, "-static"], base])
 
 
-@functools.lru_cache(maxsize=1)
 def launcher() -> tuple[Path, list[str]]:
     """How a root caller starts bwrap as an unprivileged uid: (program, argv prefix).
 

@@ -30,6 +30,8 @@ import os
 import socket
 import struct
 import threading
+import weakref
+from collections.abc import Mapping
 
 from .errors import ConfigError
 
@@ -40,9 +42,9 @@ _IFF_UP = 0x1
 DEFAULT_SIZE = 4
 
 
-def pool_size() -> int:
+def pool_size(env: Mapping[str, str] | None = None) -> int:
     """``SANDBOXLITE_NETNS_POOL``: how many to keep ready (default 4, 0 turns the pool off, at most 256)."""
-    raw = os.environ.get("SANDBOXLITE_NETNS_POOL", "").strip()
+    raw = (os.environ if env is None else env).get("SANDBOXLITE_NETNS_POOL", "").strip()
     if not raw:
         return DEFAULT_SIZE
     if not raw.isdigit() or int(raw) > 256:
@@ -52,15 +54,21 @@ def pool_size() -> int:
 
 
 class NetnsPool:
-    """Up to ``size`` fresh network namespaces, as descriptors; a daemon thread refills."""
+    """Up to ``size`` fresh network namespaces, as descriptors; a daemon thread refills.
 
-    def __init__(self, size: int) -> None:
+    One pool hangs off each root caller's ``Host``; the thread starts with the first ``take``.
+    ``make`` makes one namespace (tests give one that fails)."""
+
+    def __init__(self, size: int, make=None) -> None:
         self.size = size
+        self._make = make or _make
         self._ready: list[int] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._broken: str | None = None  # why namespaces cannot be made here
         self.made = 0
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (p := ref()) is not None and p._after_fork_in_child())
 
     def take(self) -> int | None:
         """A descriptor of a fresh namespace (the caller closes it), or None when none is ready."""
@@ -104,7 +112,7 @@ class NetnsPool:
             with self._cond:
                 self._cond.wait_for(lambda: len(self._ready) < self.size)
             try:
-                fd = _make(libc, home)
+                fd = self._make(libc, home)
             except OSError as e:
                 self._stop(str(e))
                 return
@@ -151,26 +159,3 @@ def _make(libc: ctypes.CDLL, home: int) -> int:
             err = ctypes.get_errno()
             raise OSError(err, f"setns back to the host's network namespace: {os.strerror(err)}")
     return fd
-
-
-_pool: NetnsPool | None = None
-_pool_lock = threading.Lock()
-
-
-def pool() -> NetnsPool:
-    """The process-wide pool (sized by ``SANDBOXLITE_NETNS_POOL`` when first used)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = NetnsPool(pool_size())
-        return _pool
-
-
-def _reset_after_fork() -> None:
-    global _pool_lock
-    _pool_lock = threading.Lock()
-    if _pool is not None:
-        _pool._after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)

@@ -15,7 +15,7 @@ ROOT_HOME = Path("/var/cache/sandboxlite")
 def home() -> Path:
     """``$SANDBOXLITE_HOME``, else ``~/.cache/sandboxlite`` (``/var/cache/sandboxlite`` for root).
 
-    A root caller's sandboxes run as an unprivileged uid (see ``sandbox.run_as``),
+    A root caller's sandboxes run as an unprivileged uid (see ``identity.run_as``),
     and bwrap, running as that uid, must reach the files it binds (the host /etc
     copy, rootfs images): /root is closed to it, /var/cache is not.
     """

@@ -17,17 +17,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-import select
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from ._cmdio import CommandIO, Proc
 from .config import check_timeout
 from .errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError
 from .result import TIMEOUT_EXIT_CODE, ExecResult, OutputBuffer, decode_status
 
 if TYPE_CHECKING:
-    from .sandbox import Sandbox, _Proc
+    from .sandbox import Sandbox
 
 BOOT = r"""
 __sl_m=$1
@@ -102,13 +102,17 @@ class _MarkerStream:
 
 
 class Shell:
-    """A bash session that lives across commands.  Get one with ``Sandbox.shell()``."""
+    """A bash session that lives across commands.  Get one with ``Sandbox.shell()``.
+
+    It holds its sandbox for ``lock``, ``generation`` and ``config`` and drives the
+    sandbox's ``jail`` (spawn, kill, last pid, the control channel) and nothing else.
+    """
 
     def __init__(self, sandbox: "Sandbox", *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> None:
         self._sb = sandbox
         self._env = dict(env or {})
         self._cwd = cwd or sandbox.config.workdir
-        self._proc: _Proc | None = None
+        self._proc: Proc | None = None
         self._generation = sandbox.generation
         self._carry_out = b""
         self._carry_err = b""
@@ -116,11 +120,11 @@ class Shell:
         self._pending_note = ""
         self._start()
 
-    # -- lifecycle -------------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------------------------
     def _start(self) -> None:
         self._marker = f"\x1e__SANDBOXLITE_{secrets.token_hex(8)}__".encode()
-        with self._sb._lock:
-            self._proc = self._sb._spawn(
+        with self._sb.lock:
+            self._proc = self._sb.jail.spawn(
                 ["/bin/bash", "--noprofile", "--norc", "-c", BOOT, "sandboxlite-shell", self._marker.decode()],
                 cwd=self._cwd,
                 env=self._env,
@@ -131,34 +135,30 @@ class Shell:
         self._carry_out = self._carry_err = b""
 
     def _close_fds(self) -> None:
-        if self._proc is None:
-            return
-        for fd in (self._proc.out_r, self._proc.err_r, self._proc.in_w):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._proc = None
+        if self._proc is not None:
+            self._proc.close()
+            self._proc = None
 
-    def _detach(self) -> None:
+    def detach(self) -> None:
         """The sandbox is closing or resetting: forget our process."""
         self._close_fds()
 
+    def _same_jail(self) -> bool:
+        return not self._sb.closed and self._sb.generation == self._generation
+
     def close(self) -> None:
         """End the session (kills bash and everything it started)."""
-        with self._sb._lock:
-            if self._proc is not None and not self._sb.closed and self._sb.generation == self._generation:
+        with self._sb.lock:
+            if self._proc is not None and self._same_jail():
                 ident = self._proc.id
-                self._sb._kill(ident, "all")
+                jail = self._sb.jail
+                jail.kill(ident, "all")
                 self._close_fds()
-                chan = self._sb._chan
-                if chan is not None:
-                    try:
-                        chan.wait(ident, time.monotonic() + 5.0)
-                    except (TimeoutError, SandboxCrashed):
-                        pass
-                    chan.discard(ident)
+                try:
+                    jail.chan.wait(ident, time.monotonic() + 5.0)
+                except (TimeoutError, SandboxCrashed):
+                    pass
+                jail.chan.discard(ident)
             self._close_fds()
 
     def __enter__(self) -> "Shell":
@@ -180,7 +180,7 @@ class Shell:
         """The session's working directory after the last command."""
         return self._cwd
 
-    # -- commands ----------------------------------------------------------------------
+    # -- commands --------------------------------------------------------------------------------
     def run(self, command: str, *, timeout: float | None = None) -> ExecResult:
         """Run one command in the session and return its output and exit code."""
         if not isinstance(command, str):
@@ -192,7 +192,7 @@ class Shell:
         except UnicodeEncodeError as e:
             raise ConfigError("command", f"is not valid text: {e.reason} at position {e.start}") from None
         timeout = check_timeout(self._sb.config.limits.timeout_s if timeout is None else timeout)
-        with self._sb._lock:
+        with self._sb.lock:
             if self._sb.closed:
                 raise SandboxClosed()
             if self._sb.generation != self._generation:
@@ -213,10 +213,11 @@ class Shell:
 
     def _abandon(self) -> None:
         proc = self._proc
-        if proc is not None and not self._sb.closed and self._sb._chan is not None and not self._sb._chan.closed:
+        if proc is not None and self._sb.alive():
             try:
-                self._sb._kill(proc.id, "all")
-                self._sb._chan.discard(proc.id)
+                jail = self._sb.jail
+                jail.kill(proc.id, "all")
+                jail.chan.discard(proc.id)
             except SandboxError:
                 pass
         self._close_fds()
@@ -231,97 +232,59 @@ class Shell:
             pass  # the sandbox itself is gone; run() will say so
 
     def _run(self, payload: bytes, timeout: float) -> ExecResult:
-        sb = self._sb
-        chan = sb._chan
-        assert chan is not None and self._proc is not None
+        jail = self._sb.jail
+        assert self._proc is not None
         proc = self._proc
-        cap = sb.config.limits.output_bytes
+        cap = self._sb.config.limits.output_bytes
         out = _MarkerStream(self._marker, cap, True, self._carry_out)
         err = _MarkerStream(self._marker, cap, False, self._carry_err)
-        streams = {proc.out_r: out, proc.err_r: err}
-        open_fds = {proc.out_r, proc.err_r}
-        pending = memoryview(payload)
+        io = CommandIO(jail.chan, proc, {proc.out_r: out.feed, proc.err_r: err.feed}, payload, keep_stdin=True)
         # processes with a higher pid than this belong to this command; on timeout
         # they are killed and older background jobs are spared
-        floor = sb._last_pid()
+        floor = jail.last_pid()
         start = time.monotonic()
         deadline = start + timeout
         killed_desc_at: float | None = None
         killed_all = False
-        status: int | None = None
-        poller = select.poll()
-        poller.register(chan.fileno(), select.POLLIN)
-        for fd in open_fds:
-            poller.register(fd, select.POLLIN)
-        poller.register(proc.in_w, select.POLLOUT)
-        while not (out.done and err.done):
-            f = chan.take(proc.id)
-            if f is not None and f.type == "X":
-                status = int(f.payload)
-                break
+        while not (out.done and err.done) and not io.take_frames():
             now = time.monotonic()
             if now >= deadline and killed_desc_at is None:
-                sb._kill(proc.id, f"desc {floor}")
+                io.kill(f"desc {floor}")
                 killed_desc_at = now
             elif killed_desc_at is not None and not killed_all and now - killed_desc_at > STUCK_GRACE_S:
-                sb._kill(proc.id, "all")  # bash itself is stuck in a builtin
+                io.kill("all")  # bash itself is stuck in a builtin
                 killed_all = True
             elif killed_all and now - killed_desc_at > STUCK_GRACE_S + 5.0:  # type: ignore[operator]
                 raise SandboxCrashed("a timed-out shell could not be killed within 5 s")
-            if killed_desc_at is None:
-                wait_s = deadline - now
-            else:
-                wait_s = 0.05
-            for fd, ev in poller.poll(max(0, int(wait_s * 1000) + 1)):
-                if fd == chan.fileno():
-                    if not chan.pump():
-                        raise SandboxCrashed("the sandbox died during a shell command", hint="call reset()")
-                elif fd == proc.in_w:
-                    try:
-                        n = os.write(fd, pending[: 1 << 16])
-                        pending = pending[n:]
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        pending = pending[:0]
-                    if not pending:
-                        poller.unregister(fd)
-                else:
-                    try:
-                        chunk = os.read(fd, 1 << 16)
-                    except BlockingIOError:
-                        continue
-                    if chunk:
-                        streams[fd].feed(chunk)
-                    else:
-                        poller.unregister(fd)
-                        open_fds.discard(fd)
-                        if not open_fds and status is None:
-                            # bash closed both streams: it is exiting, its status follows
-                            status = int(chan.wait(proc.id, time.monotonic() + 5.0).payload)
-                            break
-            if status is not None:
-                break
+            io.poll(deadline - now if killed_desc_at is None else 0.05, "the sandbox died during a shell command")
+            if not io.open and not io.ended:
+                # bash closed both streams: it is exiting, its status follows
+                io.status = jail.chan.wait(proc.id, time.monotonic() + 5.0).number()
         duration = time.monotonic() - start
         timed_out = killed_desc_at is not None
-        if status is None:
+        if out.done and err.done:  # the command finished and bash reported on it
             self._carry_out, self._carry_err = bytes(out.rest), bytes(err.rest)
             code = int(out.trailer.split(b" ", 1)[0] or b"0") if out.trailer else 0
             pwd = out.trailer.split(b" ", 1)[1] if b" " in out.trailer else b""
             if pwd:
                 self._cwd = pwd.decode("utf-8", "surrogateescape")
-            return _result(out, err, duration, timed_out, code, 9 if timed_out else None)
-        # bash is gone (exit, set -e, or killed because it was stuck): drain and restart
-        for fd in list(open_fds):
-            try:
-                while chunk := os.read(fd, 1 << 16):
-                    streams[fd].feed(chunk)
-            except BlockingIOError:
-                pass
+            note = ""
+            if io.ended:  # ... and then exited: the next command needs a new session
+                jail.chan.discard(proc.id)
+                self._close_fds()
+                self._start()
+                self.restarts += 1
+                note = f"the shell session exited after this command; a new session was started in {self._cwd}"
+            return _result(out, err, duration, timed_out, code, 9 if timed_out else None, note)
+        # bash is gone (exit, set -e, killed because it was stuck, or it could not start): restart
+        io.drain()
         out.flush()
         err.flush()
-        code, sig = decode_status(status)
-        chan.discard(proc.id)
+        if io.status is None:
+            raise SandboxCrashed(f"the shell could not start: {os.strerror(io.spawn_errno or 0)}",
+                                 hint="reset() the sandbox (its process limit may be reached)")  # fmt: skip
+        code, sig = decode_status(io.status)
+        jail.chan.discard(proc.id)
         self._close_fds()
         self._start()
         self.restarts += 1

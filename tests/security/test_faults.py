@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sandboxlite import RootfsError, Sandbox, SetupError, bwrap, rootfs
+from sandboxlite import RootfsError, Sandbox, SetupError, rootfs
 
 from .helpers import procs_in, still_running
 
@@ -197,19 +197,16 @@ def test_bwrap_missing(monkeypatch, record):
     seen = {}
     try:
         monkeypatch.setenv("SANDBOXLITE_BWRAP", "/nonexistent/bwrap")
-        bwrap.find_bwrap.cache_clear()
         with pytest.raises(SetupError) as e:
             Sandbox()
         seen["SANDBOXLITE_BWRAP=/nonexistent/bwrap"] = e.value
         monkeypatch.delenv("SANDBOXLITE_BWRAP")
         monkeypatch.setenv("PATH", "/nonexistent")
-        bwrap.find_bwrap.cache_clear()
         with pytest.raises(SetupError) as e:
             Sandbox()
         seen["PATH without bwrap"] = e.value
     finally:
         monkeypatch.undo()
-        bwrap.find_bwrap.cache_clear()
     for how, err in seen.items():
         record(f"bwrap missing ({how})", "SetupError + hint", f"{type(err).__name__}: {err.message}; hint: {err.hint}")
         assert "bubblewrap" in err.hint

@@ -74,7 +74,7 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def host_control():
     """The same calls on the host, unfiltered, as the jails' unprivileged uid."""
-    from sandboxlite.sandbox import run_as
+    from sandboxlite.identity import run_as
 
     uid, gid = run_as() or (65534, 65534)
     names = {n: nr(n) for n in ("io_uring_setup", "userfaultfd", "bpf", "perf_event_open", "keyctl", "add_key")}

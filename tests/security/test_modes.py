@@ -114,7 +114,7 @@ def test_nonroot_fork_loop(nobody_run, record):
 
 def test_root_caller_jail_is_not_host_root(image_sb, host_sb, record):
     """uid 0 inside is never the host's root: a root caller's jail runs as an unprivileged host uid."""
-    from sandboxlite.sandbox import run_as
+    from sandboxlite.identity import run_as
 
     if os.geteuid() != 0:
         pytest.fail("the suite runs as root (CI does); the non-root mode is covered by the tests above")

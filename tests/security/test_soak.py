@@ -14,7 +14,8 @@ from pathlib import Path
 
 import psutil
 
-from sandboxlite import Sandbox, cgroups, netns, paths
+from sandboxlite import Sandbox, cgroups, paths
+from sandboxlite.host import default_host
 
 from .helpers import procs_in, rss_mb, still_running
 
@@ -39,8 +40,9 @@ def cycle(i: int, namespaces: dict[str, float], jails: list[tuple[int, float]]) 
 
 def state(tmp: Path) -> dict:
     gc.collect()
-    pool = netns.pool()  # its ready namespaces are descriptors too: count them with the pool full
-    pool.wait_ready(pool.size, 5)
+    pool = default_host().netns  # its ready namespaces are descriptors too: count them with the pool full
+    if pool is not None:
+        pool.wait_ready(pool.size, 5)
     me = psutil.Process()
     cache = paths.home()
     mine = [d / n for d in (cgroups.V1_ROOT / "pids" / cgroups.GROUP, cgroups.V1_ROOT / "memory" / cgroups.GROUP)

@@ -250,10 +250,10 @@ def reference_bwrap_prefix(config, plan, info) -> list[str]:
     no capabilities, the same seccomp filter, the same read-only root and the same size-capped
     tmpfs), with SECCOMP_FD as a placeholder.  sandboxlite itself lets its executor build the
     writable mounts (so that reset can rebuild them), so its argv differs from this one."""
-    from .. import bwrap
+    from ..plan import NAMESPACE_FLAGS
 
     lim = config.limits
-    a = [info.path, *bwrap.NAMESPACE_FLAGS, "--unshare-net"]
+    a = [info.path, *NAMESPACE_FLAGS, "--unshare-net"]
     if info.disable_userns:
         a.append("--disable-userns")
     a += ["--uid", "0", "--gid", "0", "--hostname", config.hostname, "--new-session", "--as-pid-1",

@@ -2,10 +2,9 @@
 
 Three views, taken outside the timed rounds:
 
-- **phases**: wall-clock time stamps at the seams of ``Sandbox.__init__`` (wrappers installed for
-  the measurement only: ``os.posix_spawn``, ``Sandbox._create_cgroup`` / ``_attach_cgroup``,
-  ``Sandbox._read_child_pid``, the executor's hello), with cgroups as configured and with
-  ``cgroups="off"``, alternating, next to raw bwrap running ``/bin/true``;
+- **phases**: the time stamps every start records at its seams (``Jail.timings``: see
+  ``launch.PHASES``; nothing is patched), with cgroups as configured and with ``cgroups="off"``,
+  alternating, next to raw bwrap running ``/bin/true``;
 - **CPU**: this process's CPU time (the Python side) and the CPU time of the reaped children (the
   launcher, bwrap, the executor and the command) per create + exec + close;
 - **cProfile**: the Python functions with the most own time over the same cycles.
@@ -20,7 +19,6 @@ import pstats
 import statistics
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Any
 
 from .core import TRUE_CMD, short_error
@@ -36,92 +34,28 @@ PHASES = [
 ]
 
 
-@contextmanager
-def _instrumented(marks: dict[str, float]):
-    """Time stamps at the seams of Sandbox() (patched for the measurement only, then restored)."""
-    from .. import sandbox as sbmod
-    from ..protocol import Channel
-
-    clock = time.perf_counter
-    orig_spawn = os.posix_spawn
-    orig_child = sbmod.Sandbox._read_child_pid
-    orig_create = sbmod.Sandbox._create_cgroup
-    orig_attach = sbmod.Sandbox._attach_cgroup
-    orig_wait = Channel.wait
-
-    def spawn(*a, **k):
-        marks["spawn_start"] = clock()
-        try:
-            return orig_spawn(*a, **k)
-        finally:
-            marks["spawn_end"] = clock()
-
-    def read_child(self, fd):
-        try:
-            return orig_child(self, fd)
-        finally:
-            marks["child"] = clock()
-
-    def create(self, support):
-        t = clock()
-        try:
-            return orig_create(self, support)
-        finally:
-            marks["cgroup"] = marks.get("cgroup", 0.0) + clock() - t
-
-    def attach(self, support, pid):
-        t = clock()
-        try:
-            return orig_attach(self, support, pid)
-        finally:
-            # _attach_cgroup calls _create_cgroup, already counted: count only the rest
-            marks["attach"] = marks.get("attach", 0.0) + clock() - t
-
-    def wait(self, id_, deadline=None):
-        try:
-            return orig_wait(self, id_, deadline)
-        finally:
-            if id_ == 0 and "hello" not in marks:
-                marks["hello"] = clock()
-
-    os.posix_spawn = spawn
-    sbmod.Sandbox._read_child_pid = read_child
-    sbmod.Sandbox._create_cgroup = create
-    sbmod.Sandbox._attach_cgroup = attach
-    Channel.wait = wait
-    try:
-        yield
-    finally:
-        os.posix_spawn = orig_spawn
-        sbmod.Sandbox._read_child_pid = orig_child
-        sbmod.Sandbox._create_cgroup = orig_create
-        sbmod.Sandbox._attach_cgroup = orig_attach
-        Channel.wait = orig_wait
-
-
 def _phases_once(rootfs: str, cgroups: str) -> dict[str, float]:
+    """One cold start, split at the phase stamps the launch records (``Jail.timings``)."""
     from .. import Sandbox
 
-    marks: dict[str, float] = {}
-    with _instrumented(marks):
-        t0 = time.perf_counter()
-        sb = Sandbox(rootfs=rootfs, cgroups=cgroups)
-        t_created = time.perf_counter()
-        res = sb.exec(TRUE_CMD)
-        t_exec = time.perf_counter()
+    t0 = time.perf_counter()
+    sb = Sandbox(rootfs=rootfs, cgroups=cgroups)
+    t_created = time.perf_counter()
+    res = sb.exec(TRUE_CMD)
+    t_exec = time.perf_counter()
+    m = dict(sb.jail.timings)
     sb.close()
     if res.exit_code != 0:
         raise RuntimeError(f"/bin/true exited {res.exit_code}")
-    cg_create = marks.get("cgroup", 0.0)
-    attach_total = marks.get("attach", 0.0)
-    pre_spawn_cgroup = cg_create if attach_total == 0.0 else 0.0  # root + v1: created before the spawn
+    made = m["cgroup"] - m["planned"]  # launcher mode: made before the spawn (else 0)
+    attached = m["attached"] - m["cloned"]  # attach mode: made and attached after the clone (else ~0)
     out = {
-        "python_setup": marks["spawn_start"] - t0 - pre_spawn_cgroup,
-        "cgroup": cg_create if attach_total == 0.0 else attach_total,
-        "spawn": marks["spawn_end"] - marks["spawn_start"],
-        "until_clone": marks["child"] - marks["spawn_end"],
-        "until_hello": marks["hello"] - marks["child"] - attach_total,
-        "after_hello": t_created - marks["hello"],
+        "python_setup": m["wired"] - t0 - made,
+        "cgroup": made + attached,
+        "spawn": m["spawned"] - m["wired"],
+        "until_clone": m["cloned"] - m["spawned"],
+        "until_hello": m["hello"] - m["attached"],
+        "after_hello": t_created - m["hello"],
         "first_exec": t_exec - t_created,
         "total": t_exec - t0,
     }

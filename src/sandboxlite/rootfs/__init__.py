@@ -13,7 +13,7 @@ Two kinds:
 Either way the jail root is a fresh tmpfs onto which the top-level entries
 are bound one by one, then remounted read-only; /proc, /dev, /tmp, /testbed and
 /root are the jail's own.  ``resolve()`` turns a spec into a ``RootfsPlan``, a
-plain value that ``bwrap.build_argv`` consumes.
+plain value that ``plan.plan()`` consumes.
 """
 
 from __future__ import annotations

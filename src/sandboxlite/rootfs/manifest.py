@@ -177,7 +177,7 @@ def give_to_sandbox_user(root: Path) -> None:
     that uid owns, so a copy-on-write root needs it (inside, they show as root's)."""
     if os.geteuid() != 0:
         return  # a user's own build or import is already owned by that user
-    from ..sandbox import run_as
+    from ..identity import run_as
 
     ids = run_as()
     assert ids is not None

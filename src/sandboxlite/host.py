@@ -1,0 +1,158 @@
+"""Host facts, found once, as a value: ``Host.detect()``.
+
+Everything a sandbox's start depends on that is a property of this machine and
+this caller (where bwrap is and what it supports, the uid the jails run as,
+cgroup support, the executor and launcher binaries, the ready-made ``/dev``,
+the seccomp program) is read here, once, into a ``Host``.  ``plan()`` is a pure
+function of a config and a Host, so tests build a Host by hand and look at the
+plan without bwrap or root.
+
+The few things that must be process-wide hang off the Host rather than off a
+module: the pool of network namespaces made ahead of time (and its thread),
+the allocator that keeps empty cgroups for reuse, the executor's descriptor.
+
+``Sandbox()`` without ``host=`` uses ``default_host()``: one Host per set of
+the environment variables it was detected from (so setting, say,
+``SANDBOXLITE_UID`` before the next sandbox still takes effect).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import resource
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from . import cgroups, devnodes, executor, identity, netns, seccomp
+from .bwrap import BwrapInfo, find_bwrap
+
+# The environment variables a Host is detected from.
+ENV_KEYS = (
+    "SANDBOXLITE_BWRAP",
+    "PATH",
+    "SANDBOXLITE_UID",
+    "SANDBOXLITE_GID",
+    "SANDBOXLITE_CGROUP_PARENT",
+    "SANDBOXLITE_NETNS_POOL",
+    "SANDBOXLITE_DEV",
+    "SANDBOXLITE_HOME",
+    "CC",
+)
+# A spawn dup2s its descriptors onto 0..7 in the child (see plan.py): every source descriptor
+# must be at or above this, so that no dup2 overwrites a source a later one still needs.
+HIGH_FD = 8
+
+
+@dataclass(frozen=True, eq=False)
+class Host:
+    """What this machine and caller offer sandboxes.
+
+    ``run_as``: the unprivileged (uid, gid) a root caller's jails run as (None: the caller's own).
+    ``launcher``: (program, argv prefix) that drops a root caller to ``run_as`` and runs bwrap.
+    ``dev``: a ready-made /dev directory (root callers), else None and ``dev_reason`` says why.
+    ``netns``: network namespaces made ahead of time (root callers), else None.
+    """
+
+    bwrap: BwrapInfo
+    euid: int
+    run_as: tuple[int, int] | None = None
+    cgroups: cgroups.Support = cgroups.Support(None, "not detected")
+    executor: str = ""
+    launcher: tuple[str, tuple[str, ...]] | None = None
+    dev: str | None = None
+    dev_reason: str = "not detected"
+    seccomp: bytes = b""
+    netns: netns.NetnsPool | None = field(default=None, repr=False)
+    cgroup_allocator: cgroups.Allocator | None = field(default=None, repr=False)
+    # this Host's own descriptors (``dataclasses.replace`` gives a copy fresh ones)
+    _fds: dict = field(default_factory=dict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @classmethod
+    def detect(cls, env: Mapping[str, str] | None = None) -> "Host":
+        """Look at this machine (SetupError / ConfigError when sandboxes cannot run as set up).
+
+        Also raises the soft RLIMIT_NOFILE to the hard limit (each sandbox holds a few
+        descriptors on the host).
+        """
+        env = dict(os.environ if env is None else env)
+        euid = os.geteuid()
+        run_as = identity.run_as(env, euid)
+        info = find_bwrap(env)
+        support = cgroups.detect(env)
+        exe = str(executor.executor_path())
+        launcher = None
+        if run_as is not None:
+            prog, prefix = executor.launcher()
+            launcher = (str(prog), tuple(prefix))
+        dev, dev_reason = devnodes.prepare(env, euid)
+        pool = None
+        if run_as is not None:
+            size = netns.pool_size(env)
+            pool = netns.NetnsPool(size) if size else None
+        _raise_nofile()
+        return cls(
+            bwrap=info, euid=euid, run_as=run_as, cgroups=support, executor=exe, launcher=launcher,
+            dev=dev if run_as is not None else None, dev_reason=dev_reason, seccomp=seccomp.filter_bytes(),
+            netns=pool, cgroup_allocator=cgroups.Allocator(support) if support.kind else None,
+        )  # fmt: skip
+
+    @property
+    def uid(self) -> int:
+        """The host uid the jails run as."""
+        return self.run_as[0] if self.run_as is not None else self.euid
+
+    def executor_fd(self) -> int:
+        """A read-only descriptor of the executor binary (bwrap runs it as /proc/self/fd/N)."""
+        with self._lock:
+            fd = self._fds.get("executor")
+            if fd is None:
+                fd = self._fds["executor"] = move_high(os.open(self.executor, os.O_RDONLY | os.O_CLOEXEC))
+            return fd
+
+
+def move_high(fd: int) -> int:
+    """``fd`` moved to a number >= HIGH_FD (close-on-exec)."""
+    if fd >= HIGH_FD:
+        return fd
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)  # on failure ``fd`` stays the caller's
+    os.close(fd)
+    return new
+
+
+def _raise_nofile() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard if hard != resource.RLIM_INFINITY else 1 << 20, 1 << 20)
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            pass
+
+
+_default: tuple[tuple, Host] | None = None
+_ENV_KEYS_B = tuple(k.encode() for k in ENV_KEYS)
+# os.environ's own bytes dict when there is one (CPython, POSIX): os.environ.get of a missing key
+# raises and catches a KeyError, ~1.3 us a key, on every Sandbox(); this is a plain dict lookup
+_env_get = os.environ._data.get if hasattr(os.environ, "_data") else (lambda k: os.environ.get(k.decode()))
+_default_lock = threading.Lock()
+
+
+def default_host() -> Host:
+    """The Host of ``Sandbox()`` without ``host=``: detected once per environment (and euid)."""
+    global _default
+    key = (os.geteuid(), *map(_env_get, _ENV_KEYS_B))
+    with _default_lock:
+        if _default is None or _default[0] != key:
+            _default = (key, Host.detect())
+        return _default[1]
+
+
+def _after_fork_in_child() -> None:
+    global _default_lock
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

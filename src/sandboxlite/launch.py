@@ -1,0 +1,442 @@
+"""Carry out a ``JailPlan``: spawn bwrap, boot the executor, and tear the jail down.
+
+``start(config, host)`` gathers the facts a plan needs (the rootfs, its owner,
+a network namespace made ahead of time), checks what the jail's uid can reach,
+plans, then ``launch()``es: descriptors are wired to the numbers the plan
+names, the launcher or bwrap is spawned, the jail's init is placed in its
+cgroup, and the executor's hello is awaited.  The result is a ``Jail``: the
+live processes, the control channel, the phase timings of the start, and the
+requests the runtime (``Sandbox``, ``Shell``) sends.
+
+Whatever goes wrong during a start (even KeyboardInterrupt), nothing of the
+jail outlives it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import signal
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from . import rootfs as rootfs_mod
+from ._cmdio import Proc
+from .config import SandboxConfig, base_env, check_env_pair, resolve_path
+from .errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, SetupError, file_error
+from .host import HIGH_FD, Host, move_high
+from .identity import unreachable
+from .plan import JailPlan, netns_wanted, plan
+from .protocol import MAX_REQUEST_PAYLOAD, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, mkdir_payload, \
+    open_payload, spawn_payload, symlink_payload  # fmt: skip
+
+START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
+REQUEST_TIMEOUT_S = 30.0  # a file request or a reset must be answered within this
+# A command's argv, environment and cwd travel in one request; execve(2) refuses far less than
+# this anyway (a few MiB at most).
+MAX_SPAWN_BYTES = MAX_REQUEST_PAYLOAD
+_READ = 1 << 16
+# Python ignores SIGPIPE and SIGXFSZ; ignored dispositions survive exec, so reset them for bwrap
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+# Phases of a start, in order: ``Jail.timings`` has a time stamp (time.perf_counter) for each.
+#   begin -> planned: the rootfs resolved, checks, the plan      planned -> cgroup: cgroup made (launcher mode)
+#   cgroup -> wired: socket and pipes          wired -> spawned: posix_spawn of the launcher or bwrap
+#   spawned -> cloned: until bwrap has cloned the jail's init      cloned -> attached: cgroup (attach mode)
+#   attached -> hello: bwrap's mounts, pivot_root, then the executor's start until its hello
+PHASES = ("begin", "planned", "cgroup", "wired", "spawned", "cloned", "attached", "hello")
+
+
+def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIMEOUT_S,
+          on_phase: Callable[[str, "Jail"], None] | None = None) -> "Jail":  # fmt: skip
+    """Plan and launch a jail for ``config`` on ``host``."""
+    t0 = time.perf_counter()
+    root = rootfs_mod.resolve(config.rootfs)
+    preflight(config, root, host)
+    owner = os.stat(root.path).st_uid if root.kind == "dir" else None
+    net_fd = host.netns.take() if netns_wanted(config, host) else None  # type: ignore[union-attr]
+    try:
+        p = plan(config, host, root, image_owner=owner, netns_ready=net_fd is not None)
+        return launch(p, host, net_fd=net_fd, start_timeout=start_timeout, on_phase=on_phase, t0=t0)
+    finally:
+        if net_fd is not None:
+            os.close(net_fd)  # the launcher holds it now: used by this sandbox only
+
+
+def preflight(config: SandboxConfig, root: rootfs_mod.RootfsPlan, host: Host) -> None:
+    """What must hold before anything is opened: mount sources exist and the jails' uid reaches them."""
+    for m in config.mounts:
+        if not os.path.exists(m.src):
+            raise ConfigError("mounts", f"host path {m.src} does not exist (for {m.dst})")
+    if host.run_as is None:
+        return
+    uid, gid = host.run_as
+    why = unreachable(root.path, uid, gid, write=False) if root.kind == "dir" else None
+    if why:
+        raise RootfsError(
+            f"{why}: as root, sandboxes run as the unprivileged host uid {uid}",
+            hint=f"give the image to that user (sandboxlite rootfs import, or chown -R {uid}), "
+            "or pick the uid with SANDBOXLITE_UID",
+        )
+    for m in config.mounts:
+        why = unreachable(m.src, uid, gid, write=m.rw)
+        if why:
+            raise ConfigError(
+                "mounts",
+                f"{why}: as root, sandboxes run as the unprivileged host uid {uid}",
+                hint=f"make it reachable (chmod o+rx{'w' if m.rw else ''}, or chown {uid}), "
+                "pick the uid with SANDBOXLITE_UID, or copy files in with Sandbox.upload()",
+            )
+
+
+def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, start_timeout: float = START_TIMEOUT_S,
+           on_phase: Callable[[str, "Jail"], None] | None = None, t0: float | None = None) -> "Jail":  # fmt: skip
+    """Spawn the jail ``p`` describes and wait for its executor's hello."""
+    jail = Jail(p)
+    jail.timings["begin"] = time.perf_counter() if t0 is None else t0
+    jail.timings["planned"] = time.perf_counter()
+    if (p.netns == "pooled") != (net_fd is not None):
+        raise SetupError("the plan and the network namespace handed to launch() disagree")
+    if p.cgroup.mode == "launcher":
+        jail.cgroup = _new_cgroup(p, host)
+    jail.timings["cgroup"] = time.perf_counter()
+    ours: list[int] = []  # every descriptor opened here that the jail does not keep
+    try:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.append(child.detach())
+        parent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        jail.chan = Channel(parent)
+        sec_r, sec_w = os.pipe2(os.O_CLOEXEC)
+        ours.append(sec_r)
+        try:
+            os.write(sec_w, host.seccomp)  # far below the 64 KiB pipe buffer
+        finally:
+            os.close(sec_w)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        jail._err_r = err_r
+        ours.append(err_w)
+        info_r, info_w = os.pipe2(os.O_CLOEXEC)
+        jail._info_r = info_r
+        ours.append(info_w)
+        if net_fd is not None and net_fd < HIGH_FD:
+            ours.append(fcntl.fcntl(net_fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD))
+        # all of ours sit above the jail's numbers (0..7), so the dup2s below never collide
+        for i, fd in enumerate(ours):
+            ours[i] = move_high(fd)
+        by_role = {"ctrl": ours[0], "seccomp": ours[1], "info": ours[3], "executor": host.executor_fd()}
+        if net_fd is not None:
+            by_role["netns"] = ours[4] if net_fd < HIGH_FD else net_fd
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, ours[2], 2),
+            *((os.POSIX_SPAWN_DUP2, by_role[role], num) for role, num in p.fds),
+        ]
+        tasks = jail.cgroup.tasks_files() if jail.cgroup is not None else ()
+        jail.timings["wired"] = time.perf_counter()
+        try:
+            jail.pid = os.posix_spawn(p.program, p.spawn_argv(tasks), {}, file_actions=actions, setsid=True,
+                                      setsigdef=_DEFAULT_SIGNALS)  # fmt: skip
+        except OSError as e:
+            raise SetupError(f"could not run {p.program}: {e}", hint="apt-get install bubblewrap") from None
+        jail.timings["spawned"] = time.perf_counter()
+        jail._pidfd = os.pidfd_open(jail.pid)
+    except BaseException:
+        jail.teardown()
+        raise
+    finally:
+        for fd in ours:
+            os.close(fd)
+    try:
+        jail._boot(host, start_timeout, on_phase)
+    except BaseException:
+        jail.teardown()  # whatever went wrong (even KeyboardInterrupt), nothing of this jail may outlive it
+        raise
+    return jail
+
+
+def _new_cgroup(p: JailPlan, host: Host):
+    assert host.cgroup_allocator is not None
+    try:
+        return host.cgroup_allocator.create(p.cgroup.memory_bytes, p.cgroup.pids)
+    except OSError as e:
+        raise SetupError(
+            f"could not create the sandbox's cgroup: {e}",
+            hint="run `sandboxlite doctor`, or open the sandbox with cgroups='off'",
+        ) from None
+
+
+def diagnose(stderr: str) -> SandboxError:
+    """Turn bwrap's complaint into an error that says what to do."""
+    s = stderr.strip()
+    low = s.lower()
+    if "uid map" in low or "new namespace" in low or "unshare" in low or "operation not permitted" in low:
+        return SetupError(
+            f"bwrap could not create the sandbox's namespaces: {s}",
+            hint="enable unprivileged user namespaces (sysctl -w kernel.unprivileged_userns_clone=1; "
+            "on Ubuntu >= 23.10: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0); inside Docker, "
+            "run with --security-opt seccomp=unconfined --security-opt apparmor=unconfined. "
+            "Run `sandboxlite doctor` for details.",
+        )
+    if "can't find source path" in low:
+        return ConfigError("mounts", f"bwrap: {s}", hint="check that every mount source exists on the host")
+    if "/proc/self/fd" in low or "execvp" in low:
+        return SetupError(f"bwrap could not start the executor: {s}", hint="run `sandboxlite doctor`")
+    return SandboxCrashed(f"the sandbox failed to start: {s or 'bwrap exited without a message'}")
+
+
+def _wait_readable(fd: int, timeout_s: float) -> bool:
+    """poll(2) one descriptor (select(2) fails on descriptors >= 1024)."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(max(0, int(timeout_s * 1000))))
+
+
+class Jail:
+    """A live jail: bwrap, the executor as its init, the control channel, its cgroup.
+
+    ``timings``: a time stamp per start phase (see PHASES).  The request methods raise
+    SandboxCrashed when the executor has gone, and the file ones SandboxFileError.
+    Not thread-safe: ``Sandbox`` serialises its use.
+    """
+
+    def __init__(self, p: JailPlan) -> None:
+        self.plan = p
+        self.env = base_env(p.config)  # what every command starts from
+        self._env_list = [f"{k}={v}" for k, v in self.env.items()]
+        self.timings: dict[str, float] = {}
+        self.chan: Channel | None = None
+        self.cgroup = None
+        self.pid: int | None = None  # bwrap's (or the launcher's, which becomes bwrap)
+        self.init_pid: int | None = None
+        self.executor_pid: int | None = None
+        self.status: int | None = None  # bwrap's wait status once reaped
+        self._pidfd: int | None = None
+        self._init_pidfd: int | None = None
+        self._err_r: int | None = None
+        self._info_r: int | None = None
+        self.closed = False
+
+    # -- boot --------------------------------------------------------------------------------
+    def _boot(self, host: Host, timeout: float, on_phase) -> None:
+        """Learn the init's pid, place it in its cgroup, get the hello."""
+        assert self.chan is not None
+        init_pid = self._read_child_pid(timeout)
+        self.init_pid = init_pid
+        self.timings["cloned"] = time.perf_counter()
+        try:
+            self._init_pidfd = os.pidfd_open(init_pid)
+        except ProcessLookupError:  # already gone: the hello wait below reports why
+            pass
+        if on_phase is not None:
+            on_phase("cloned", self)
+        if self.plan.cgroup.mode == "attach":
+            # while bwrap sets up the mounts: create the cgroup and move the jail's init in
+            # (slow on cgroup v1: it waits for an RCU grace period).  The executor forks
+            # nothing before its first request, so nothing escapes the cgroup.
+            self.cgroup = _new_cgroup(self.plan, host)
+            try:
+                self.cgroup.attach(init_pid)
+            except OSError as e:
+                raise SetupError(f"could not move the sandbox into its cgroup: {e}") from None
+        self.timings["attached"] = time.perf_counter()
+        try:
+            hello = self.chan.wait(0, time.monotonic() + timeout)
+        except (SandboxCrashed, TimeoutError):
+            raise diagnose(self.read_stderr(wait=True)) from None
+        self.timings["hello"] = time.perf_counter()
+        # only now: bwrap may still be writing the rest of its JSON (a closed pipe would kill it
+        # with SIGPIPE before it lets its child go on)
+        os.close(self._info_r)  # type: ignore[arg-type]
+        self._info_r = None
+        self.chan.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
+        if not is_hello(hello):
+            raise SandboxCrashed(f"unexpected greeting from the executor: {hello!r}")
+        if self.chan.peer_pid != init_pid:
+            raise SandboxCrashed(f"the executor's pid {self.chan.peer_pid} is not the jail's init {init_pid}")
+        self.executor_pid = init_pid
+
+    def _read_child_pid(self, timeout: float) -> int:
+        """bwrap writes {"child-pid": N, ...} to --info-fd right after it clones the jail's init."""
+        data = b""
+        deadline = time.monotonic() + timeout
+        complete = re.compile(rb'"child-pid"\s*:\s*(\d+)\D')
+        poller = select.poll()
+        poller.register(self._info_r, select.POLLIN)
+        while not complete.search(data):
+            ready = poller.poll(max(0, int((deadline - time.monotonic()) * 1000)))
+            chunk = os.read(self._info_r, 4096) if ready else b""  # type: ignore[arg-type]
+            if not chunk:
+                break
+            data += chunk
+        m = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
+        if m is None:  # bwrap died (its stderr says why) or hung
+            raise diagnose(self.read_stderr(wait=True))
+        return int(m.group(1))
+
+    def read_stderr(self, wait: bool = False) -> str:
+        """bwrap's own stderr (only read when something went wrong)."""
+        if self._err_r is None:
+            return ""
+        out = bytearray()
+        deadline = time.monotonic() + (2.0 if wait else 0.0)
+        os.set_blocking(self._err_r, False)
+        while True:
+            try:
+                chunk = os.read(self._err_r, _READ)
+            except BlockingIOError:
+                if not wait or time.monotonic() > deadline:
+                    break
+                _wait_readable(self._err_r, deadline - time.monotonic())
+                continue
+            if not chunk or len(out) > _READ:
+                break
+            out += chunk
+        return out.decode("utf-8", "replace")
+
+    # -- life and death ------------------------------------------------------------------------
+    def alive(self) -> bool:
+        """Is the jail up (not torn down, its init still running)?"""
+        if self.closed or self.chan is None or self.chan.closed:
+            return False
+        return self._init_pidfd is None or not _wait_readable(self._init_pidfd, 0)
+
+    def teardown(self) -> None:
+        """Kill the jail and free everything; safe to call more than once."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.chan is not None:
+            self.chan.close()  # the executor sees EOF and exits: the PID namespace dies with it
+        if self.pid is not None and self.status is None:
+            if self._pidfd is None or not _wait_readable(self._pidfd, 2.0):  # a wedged jail: kill it outright
+                self._kill_init()
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            _, self.status = os.waitpid(self.pid, 0)
+            # bwrap waits for its child, except when it died early: then the child may be
+            # stuck half-way through its setup, and must not outlive us
+            if self._init_pidfd is not None and not _wait_readable(self._init_pidfd, 0):
+                self._kill_init()
+        for name in ("_pidfd", "_init_pidfd", "_err_r", "_info_r"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+        if self.cgroup is not None:
+            self.cgroup.destroy()
+            self.cgroup = None
+
+    def _kill_init(self) -> None:
+        if self._init_pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def channel(self) -> Channel:
+        """The control channel; SandboxCrashed once the executor has gone."""
+        if self.chan is None or self.chan.closed:
+            raise SandboxCrashed("the sandbox died (its init process exited)", hint="call reset() to start a fresh one")
+        return self.chan
+
+    # -- requests ------------------------------------------------------------------------------
+    def regenerate(self) -> bool:
+        """Ask the executor for a fresh generation (every process killed, every write gone)."""
+        chan = self.channel()
+        ident = chan.new_id()
+        chan.send(Op.RESET, ident)
+        f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
+        chan.clear()  # exit reports of the commands that were killed
+        return f.type == Reply.OK
+
+    def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+              stdin_pipe: bool = False) -> Proc:  # fmt: skip
+        """Start a command (stdout and stderr piped to us; stdin too when asked).  ``env`` is
+        added to the base environment; a relative ``cwd`` starts at the workdir."""
+        chan = self.channel()
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise ConfigError("cmd", f"must be a shell string or a non-empty list of strings, got {argv!r}")
+        workdir = self.plan.config.workdir
+        cwd = resolve_path(cwd, workdir, "cwd") if cwd is not None else workdir
+        env_list = self._env_list
+        if env:
+            merged = dict(self.env)
+            for k, v in env.items():
+                check_env_pair(k, v, "env")
+                merged[k] = v
+            env_list = [f"{k}={v}" for k, v in merged.items()]
+        flags = SP_STDOUT | SP_STDERR | (SP_STDIN if stdin_pipe else 0)
+        try:  # checked before any pipe exists: nothing to clean up on a bad command
+            payload = spawn_payload(flags, cwd, argv, env_list)
+        except ValueError as e:  # a NUL byte, or a lone surrogate that UTF-8 cannot carry
+            raise ConfigError("cmd", f"every argument must be text without NUL bytes: {e}") from None
+        if len(payload) > MAX_SPAWN_BYTES:
+            raise ConfigError(
+                "cmd",
+                f"the command line, environment and cwd take {len(payload)} bytes, more than a command "
+                f"can be given ({MAX_SPAWN_BYTES} here; execve(2) itself allows a few MiB)",
+                hint="pass big data through stdin or a file (write_file)",
+            )
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        ours, theirs = [out_r, err_r], [out_w, err_w]
+        in_w = None
+        if stdin_pipe:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+            ours.append(in_w)
+            theirs.insert(0, in_r)
+        ident = chan.new_id()
+        try:
+            chan.send(Op.SPAWN, ident, payload, theirs)
+        except BaseException:
+            for fd in ours:
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        return Proc(ident, in_w, out_r, err_r)
+
+    def kill(self, ident: int, how: str) -> None:
+        """Kill a command's tree (``"all"``) or its processes newer than a pid (``"desc N"``)."""
+        self.channel().send(Op.KILL, ident, kill_payload(how))
+
+    def last_pid(self) -> int:
+        """The last pid handed out in the sandbox's PID namespace."""
+        chan = self.channel()
+        ident = chan.new_id()
+        chan.send(Op.LAST_PID, ident)
+        f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
+        return f.number(0) if f.type == Reply.OK else 0
+
+    def _request(self, op: Op, payload: bytes, path: str):
+        chan = self.channel()
+        ident = chan.new_id()
+        chan.send(op, ident, payload)
+        try:
+            f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
+        except TimeoutError:
+            raise SandboxCrashed(f"the executor did not answer a file request for {path}") from None
+        if f.type == Reply.ERROR:
+            raise file_error(f.number(), path)
+        return f
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        """A descriptor of ``path`` opened inside the jail (the caller closes it)."""
+        f = self._request(Op.OPEN, open_payload(path, flags, mode), path)
+        if f.type != Reply.FD or f.fd is None:
+            raise SandboxCrashed(f"the executor answered an open of {path} without a descriptor")
+        return f.fd
+
+    def mkdir(self, path: str, mode: int = 0o755) -> None:
+        """``mkdir -p`` inside the jail."""
+        self._request(Op.MKDIR, mkdir_payload(path, mode & 0o777), path)
+
+    def symlink(self, target: str, path: str) -> None:
+        self._request(Op.SYMLINK, symlink_payload(target, path), path)

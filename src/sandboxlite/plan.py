@@ -1,0 +1,265 @@
+"""Plan a jail: every decision of a sandbox's start, as a pure function.
+
+``plan(config, host, rootfs, ...)`` returns a ``JailPlan``: the bwrap argv, the
+launcher prefix, which descriptor goes where, the executor's generation options
+and rlimits, the cgroup mode, and why each shortcut is or is not taken.  It
+reads no files and spawns nothing, so every decision can be tested without bwrap
+and without root (build a ``Host`` by hand).  ``launch.py`` carries a plan out.
+
+The jail: bwrap builds the outer jail (namespaces, a read-only root, /proc with
+/proc/sys read-only, /dev).  The executor, bwrap's PID 1, keeps bwrap's
+capabilities *inside* the sandbox's user namespace and builds the filesystem
+commands see (a "generation", rebuilt on reset): with a copy-on-write root an
+overlay over the image, else a read-only bind of the jail's root; fresh
+size-capped tmpfs on /tmp, /testbed, /dev/shm (and /root without overlay).
+Each command then drops every capability, sets no_new_privs and loads the
+seccomp filter before it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import SandboxConfig
+from .errors import SetupError
+from .host import Host
+from .protocol import CTRL_FD
+from .rootfs import RootfsPlan
+
+MiB = 1 << 20
+
+# Namespaces every sandbox unshares (net is added unless network="host" or a pooled one is joined).
+NAMESPACE_FLAGS = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup")
+
+# The descriptor numbers bwrap (and the executor) get, whatever they are in this process:
+# launch.py dup2s each of ours onto these (ours are all >= host.HIGH_FD, so none collide).
+EXECUTOR_FD, SECCOMP_FD, INFO_FD, NETNS_FD = 4, 5, 6, 7  # CTRL_FD (3) is the protocol's
+
+
+@dataclass(frozen=True)
+class CgroupPlan:
+    """How the jail gets its memory and pids limits.
+
+    mode: ``"off"`` (rlimits only: ``reason`` says why), ``"attach"`` (the host moves the
+    jail's init into a new group after bwrap cloned it) or ``"launcher"`` (a root caller's
+    launcher joins cgroup v1 groups itself before it executes bwrap: cheaper on v1).
+    """
+
+    mode: str
+    kind: str | None
+    memory_bytes: int | None
+    pids: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class JailPlan:
+    """Everything ``launch()`` does, decided.
+
+    ``program`` is spawned with ``spawn_argv(...)``: bwrap itself, or for a root caller the
+    launcher, which joins the cgroup v1 groups and the pooled network namespace, drops to
+    ``run_as`` and executes bwrap.  ``fds`` maps each descriptor role to its number in bwrap.
+    """
+
+    config: SandboxConfig
+    rootfs: RootfsPlan
+    argv: tuple[str, ...]
+    program: str
+    launcher: tuple[str, ...]
+    run_as: tuple[int, int] | None
+    fds: tuple[tuple[str, int], ...]
+    generation: tuple[str, ...]
+    rlimits: tuple[str, ...]
+    cgroup: CgroupPlan
+    copy_on_write: bool
+    cow_reason: str
+    dev: str | None
+    dev_reason: str
+    netns: str  # "host" (network="host"), "pooled" (made ahead of time) or "bwrap"
+
+    def spawn_argv(self, tasks_files: tuple[str, ...] | list[str] = ()) -> list[str]:
+        """The argv to spawn ``program`` with (``tasks_files``: cgroup v1 groups the launcher joins)."""
+        if not self.launcher:
+            return list(self.argv)
+        assert self.run_as is not None
+        joins = [x for f in tasks_files for x in ("-t", f)]
+        net = ["-n", str(NETNS_FD)] if self.netns == "pooled" else []
+        return [*self.launcher, *joins, *net, str(self.run_as[0]), str(self.run_as[1]), *self.argv]
+
+
+def netns_wanted(config: SandboxConfig, host: Host) -> bool:
+    """Would this sandbox join a network namespace made ahead of time (if one is ready)?"""
+    return host.run_as is not None and host.netns is not None and config.network == "none"
+
+
+def plan(
+    config: SandboxConfig,
+    host: Host,
+    rootfs: RootfsPlan,
+    *,
+    image_owner: int | None = None,
+    netns_ready: bool = False,
+) -> JailPlan:
+    """Decide the jail for ``config`` on ``host`` over ``rootfs``.
+
+    ``image_owner``: the uid owning the image directory (a copy-on-write root needs it to be
+    the jails' uid).  ``netns_ready``: a namespace made ahead of time was taken for this jail.
+    Raises SetupError when ``config`` asks for what the host cannot give (cgroups="required").
+    """
+    cg = _cgroup_plan(config, host)
+    lower, cow_reason = _copy_on_write(rootfs, host, image_owner)
+    dev = host.dev if host.run_as is not None else None
+    dev_reason = "" if dev else (host.dev_reason or "bwrap's --dev is used")
+    if config.network == "host":
+        net = "host"
+    else:
+        net = "pooled" if netns_ready and netns_wanted(config, host) else "bwrap"
+    rlimits = rlimit_args(config, memory_by_cgroup=cg.mode != "off", nproc_enforced=True)
+    gen = generation_args(config, lower, dev)
+    argv = bwrap_argv(config, rootfs, host, lower=lower, dev=dev, unshare_net=net == "bwrap")
+    argv += [f"/proc/self/fd/{EXECUTOR_FD}", f"ctrl={CTRL_FD}", f"exe={EXECUTOR_FD}", f"seccomp={SECCOMP_FD}"]
+    argv += gen + rlimits
+    fds = [("ctrl", CTRL_FD), ("executor", EXECUTOR_FD), ("seccomp", SECCOMP_FD), ("info", INFO_FD)]
+    if net == "pooled":
+        fds.append(("netns", NETNS_FD))
+    if host.run_as is not None:
+        if host.launcher is None:
+            raise SetupError("a root caller needs the launcher (it drops to an unprivileged uid)",
+                             hint="run `sandboxlite doctor`")  # fmt: skip
+        program, launcher = host.launcher[0], tuple(host.launcher[1])
+    else:
+        program, launcher = host.bwrap.path, ()
+    return JailPlan(
+        config=config, rootfs=rootfs, argv=tuple(argv), program=program, launcher=launcher,
+        run_as=host.run_as, fds=tuple(fds), generation=tuple(gen), rlimits=tuple(rlimits), cgroup=cg,
+        copy_on_write=lower is not None, cow_reason=cow_reason, dev=dev, dev_reason=dev_reason, netns=net,
+    )  # fmt: skip
+
+
+def _cgroup_plan(config: SandboxConfig, host: Host) -> CgroupPlan:
+    lim = config.limits
+    mem = lim.memory_mb * MiB if lim.memory_mb is not None else None
+    if config.cgroups == "off":
+        return CgroupPlan("off", None, mem, lim.pids, "disabled by config")
+    support = host.cgroups
+    if support.kind is None:
+        if config.cgroups == "required":
+            raise SetupError(f"cgroups are required but unavailable: {support.reason}", hint="run `sandboxlite doctor`")
+        return CgroupPlan("off", None, mem, lim.pids, support.reason)
+    # A root caller's launcher joins cgroup v1 groups itself, before it executes bwrap (cheap:
+    # see launcher_x86_64.c); otherwise the jail's init is attached from the host.
+    if host.run_as is not None and support.kind == "v1":
+        return CgroupPlan("launcher", "v1", mem, lim.pids, "cgroup v1: the launcher joins the groups")
+    return CgroupPlan("attach", support.kind, mem, lim.pids, f"cgroup {support.kind}: the jail's init is moved in")
+
+
+def _copy_on_write(rootfs: RootfsPlan, host: Host, owner: int | None) -> tuple[str | None, str]:
+    """The image to put a copy-on-write overlay over (or None), and why not."""
+    if rootfs.kind != "dir":
+        return None, "rootfs 'host' has no copy-on-write layer: only /tmp, /testbed and /root are writable"
+    if owner != host.uid:
+        # overlayfs copies a file up as its owner: in a user namespace that only maps
+        # the jails' uid, a file owned by anyone else cannot be copied (EOVERFLOW/EACCES)
+        return None, (
+            f"the image is owned by uid {owner}, not by the sandbox's host uid {host.uid}: "
+            "only /tmp, /testbed and /root are writable (sandboxlite rootfs build/import give "
+            "images the right owner)"
+        )
+    return rootfs.path, ""
+
+
+def rlimit_args(config: SandboxConfig, *, memory_by_cgroup: bool, nproc_enforced: bool) -> list[str]:
+    """The executor's ``NAME=VALUE`` rlimit options (inherited by every command)."""
+    lim = config.limits
+    out = [f"cpu={lim.cpu_s if lim.cpu_s is not None else 'inf'}"]
+    if lim.memory_mb is not None and not memory_by_cgroup:
+        out.append(f"as={lim.memory_mb * MiB}")
+    out.append(f"fsize={lim.fsize_mb * MiB if lim.fsize_mb is not None else 'inf'}")
+    if lim.pids is not None and nproc_enforced:
+        out.append(f"nproc={lim.pids}")
+    out.append(f"nofile={lim.nofile}")
+    out.append("core=0")
+    return out
+
+
+def generation_args(config: SandboxConfig, lower: str | None, dev: str | None) -> list[str]:
+    """The executor's options for each generation of the sandbox's filesystem."""
+    lim = config.limits
+    mounted = {m.dst for m in config.mounts}
+    gen = [f"tmp={lim.tmp_mb * MiB}", f"testbed={0 if '/testbed' in mounted else lim.testbed_mb * MiB}"]
+    if dev is not None:  # a ready-made /dev: the executor mounts devpts per generation, /dev read-only
+        gen.append("devdir=1")
+    if lower is not None:
+        gen += ["lower=/.sl/lower", f"upper={lim.overlay_mb * MiB}"]
+        gen += [f"bind={m.dst}" for m in _depth_order(config)]
+    kind = _workdir_kind(config, lower)
+    if kind == "mkdir":
+        gen.append(f"mkdir={config.workdir}")
+    elif kind == "wtmpfs":
+        gen.append(f"wtmpfs={config.workdir}")
+    if lower is None:
+        # commands see the jail's root through a bind the executor makes read-only in each generation
+        # (a remount by bwrap costs ~0.2 ms: it re-reads the mount table); with an overlay they never see it
+        gen.append("rootro=1")
+    return gen
+
+
+def bwrap_argv(
+    config: SandboxConfig, rootfs: RootfsPlan, host: Host, *, lower: str | None, dev: str | None, unshare_net: bool
+) -> list[str]:
+    """bwrap's own options (the executor's command line follows them)."""
+    argv = [host.bwrap.path, *NAMESPACE_FLAGS]
+    if unshare_net:
+        argv.append("--unshare-net")
+    if host.bwrap.disable_userns:
+        argv.append("--disable-userns")
+    argv += [
+        "--uid", "0", "--gid", "0",
+        "--hostname", config.hostname,
+        "--new-session",  # no controlling terminal: TIOCSTI cannot reach the caller's tty
+        "--as-pid-1",  # the executor is init: orphans are reaped by it
+        "--cap-add", "ALL",  # in the sandbox's user namespace only; commands drop them all
+        "--clearenv",
+        "--chdir", "/",
+        "--info-fd", str(INFO_FD),  # {"child-pid": N}: the host attaches cgroups and watches the init
+    ]  # fmt: skip
+    if lower is None:
+        for src, dst in rootfs.binds:
+            argv += ["--ro-bind", src, dst]
+        for target, path in rootfs.symlinks:
+            argv += ["--symlink", target, path]
+    else:
+        argv += ["--ro-bind", lower, "/.sl/lower"]
+    # a fresh /proc for the PID namespace, with /proc/sys read-only (bwrap covers
+    # only irq and bus); the sysctls a process looks up there are its own namespaces'
+    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    argv += ["--dev-bind", dev, "/dev"] if dev is not None else ["--dev", "/dev"]
+    mounted = {m.dst for m in config.mounts}
+    points = ["/.sl/gen"]  # mount points the executor needs on the read-only root
+    if lower is None:
+        points += ["/tmp", "/root"] + ([] if "/testbed" in mounted else ["/testbed"])
+    for p in points:
+        argv += ["--dir", p]
+    for m in _depth_order(config):  # parents before children: a mount inside another lands on top
+        argv += ["--bind" if m.rw else "--ro-bind", m.src, m.dst]
+    if _workdir_kind(config, lower) == "wtmpfs":
+        argv += ["--dir", config.workdir]  # a workdir of its own, writable like /testbed
+    return argv
+
+
+def _depth_order(config: SandboxConfig) -> list:
+    return sorted(config.mounts, key=lambda m: m.dst.count("/"))
+
+
+def _workdir_kind(config: SandboxConfig, lower: str | None) -> str | None:
+    """How the workdir is made writable: None (/testbed or a mount), "mkdir" (inside a writable
+    place, or anywhere under a copy-on-write root) or "wtmpfs" (a tmpfs of its own)."""
+    mounted = {m.dst for m in config.mounts}
+    if config.workdir in mounted or config.workdir == "/testbed":
+        return None
+    writable = ["/tmp", "/dev/shm", *(m.dst for m in config.mounts if m.rw)]
+    if "/testbed" not in mounted:
+        writable.append("/testbed")
+    if lower is not None or any(config.workdir.startswith(w + "/") for w in writable + ["/root"]):
+        return "mkdir"
+    return "wtmpfs"
