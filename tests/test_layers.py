@@ -4,6 +4,7 @@ nothing above it (agent, eval, rl, cli, bench import the core, never the reverse
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,7 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     return {m for m in found if m in known}
 
 
+@functools.lru_cache(maxsize=1)
 def graph() -> dict[str, set[str]]:
     mods = modules()
     known = set(mods)
