@@ -258,7 +258,12 @@ def test_a_failed_start_leaves_no_process():
             seen["init"], seen["bwrap"] = jail.init_pid, jail.pid
             fault(jail)
 
-        return launch.start(SandboxConfig(), default_host(), start_timeout=0.5, on_phase=on_phase)
+        # the fault must land before the executor's hello; on a busy machine the jail can be faster
+        # than this process: then the start succeeds, and the attempt is made again
+        for _ in range(20):
+            jail = launch.start(SandboxConfig(), default_host(), start_timeout=0.5, on_phase=on_phase)
+            jail.teardown()
+        pytest.fail("the jail said hello before the fault, 20 times")
 
     def gone(pid):
         deadline = time.monotonic() + 5

@@ -332,6 +332,13 @@ class Jail:
             self.cgroup.destroy()
             self.cgroup = None
 
+    def __del__(self) -> None:
+        # dropped without teardown() (a caller of launch() that lost it): nothing may outlive it
+        try:
+            self.teardown()
+        except Exception:
+            pass
+
     def _kill_init(self) -> None:
         if self._init_pidfd is not None:
             try:
