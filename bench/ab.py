@@ -105,8 +105,13 @@ def main() -> int:
         base = str(old_src)
     else:
         tmp = tempfile.mkdtemp(prefix="sandboxlite-ab-")
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", tmp, opts.base], check=True,
-                       capture_output=True)  # fmt: skip
+        r = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", tmp, opts.base],
+                           capture_output=True, text=True)  # fmt: skip
+        if r.returncode != 0:
+            os.rmdir(tmp)
+            print(f"bench/ab.py: cannot check out --base {opts.base!r}: {r.stderr.strip()}\n"
+                  "Hint: give a commit of this repository, or --base-src DIR", file=sys.stderr)
+            return 2
         old_src = Path(tmp) / "src"
         base = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", opts.base], capture_output=True,
                               text=True).stdout.strip()  # fmt: skip

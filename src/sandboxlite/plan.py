@@ -115,8 +115,9 @@ def plan(
     else:
         net = "pooled" if netns_ready and netns_wanted(config, host) else "bwrap"
     rlimits = rlimit_args(config, memory_by_cgroup=cg.mode != "off", nproc_enforced=True)
-    gen = generation_args(config, lower, dev)
-    argv = bwrap_argv(config, rootfs, host, lower=lower, dev=dev, unshare_net=net == "bwrap")
+    workdir = _workdir_kind(config, lower)
+    gen = generation_args(config, lower, dev, workdir)
+    argv = bwrap_argv(config, rootfs, host, lower=lower, dev=dev, unshare_net=net == "bwrap", workdir=workdir)
     argv += [f"/proc/self/fd/{EXECUTOR_FD}", f"ctrl={CTRL_FD}", f"exe={EXECUTOR_FD}", f"seccomp={SECCOMP_FD}"]
     argv += gen + rlimits
     fds = [("ctrl", CTRL_FD), ("executor", EXECUTOR_FD), ("seccomp", SECCOMP_FD), ("info", INFO_FD)]
@@ -182,8 +183,9 @@ def rlimit_args(config: SandboxConfig, *, memory_by_cgroup: bool, nproc_enforced
     return out
 
 
-def generation_args(config: SandboxConfig, lower: str | None, dev: str | None) -> list[str]:
-    """The executor's options for each generation of the sandbox's filesystem."""
+def generation_args(config: SandboxConfig, lower: str | None, dev: str | None, workdir: str | None) -> list[str]:
+    """The executor's options for each generation of the sandbox's filesystem (``workdir``: how
+    the workdir is made writable, see ``_workdir_kind``)."""
     lim = config.limits
     mounted = {m.dst for m in config.mounts}
     gen = [f"tmp={lim.tmp_mb * MiB}", f"testbed={0 if '/testbed' in mounted else lim.testbed_mb * MiB}"]
@@ -192,10 +194,9 @@ def generation_args(config: SandboxConfig, lower: str | None, dev: str | None) -
     if lower is not None:
         gen += ["lower=/.sl/lower", f"upper={lim.overlay_mb * MiB}"]
         gen += [f"bind={m.dst}" for m in _depth_order(config)]
-    kind = _workdir_kind(config, lower)
-    if kind == "mkdir":
+    if workdir == "mkdir":
         gen.append(f"mkdir={config.workdir}")
-    elif kind == "wtmpfs":
+    elif workdir == "wtmpfs":
         gen.append(f"wtmpfs={config.workdir}")
     if lower is None:
         # commands see the jail's root through a bind the executor makes read-only in each generation
@@ -205,7 +206,8 @@ def generation_args(config: SandboxConfig, lower: str | None, dev: str | None) -
 
 
 def bwrap_argv(
-    config: SandboxConfig, rootfs: RootfsPlan, host: Host, *, lower: str | None, dev: str | None, unshare_net: bool
+    config: SandboxConfig, rootfs: RootfsPlan, host: Host, *, lower: str | None, dev: str | None, unshare_net: bool,
+    workdir: str | None,
 ) -> list[str]:
     """bwrap's own options (the executor's command line follows them)."""
     argv = [host.bwrap.path, *NAMESPACE_FLAGS]
@@ -242,7 +244,7 @@ def bwrap_argv(
         argv += ["--dir", p]
     for m in _depth_order(config):  # parents before children: a mount inside another lands on top
         argv += ["--bind" if m.rw else "--ro-bind", m.src, m.dst]
-    if _workdir_kind(config, lower) == "wtmpfs":
+    if workdir == "wtmpfs":
         argv += ["--dir", config.workdir]  # a workdir of its own, writable like /testbed
     return argv
 

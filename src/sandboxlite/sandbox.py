@@ -24,7 +24,6 @@ from ._cmdio import collect
 from .config import SandboxConfig, check_timeout, resolve_path
 from .errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError
 from .host import Host, default_host
-from .protocol import Op, kill_payload
 from .result import ExecResult
 
 if TYPE_CHECKING:
@@ -210,11 +209,10 @@ class Sandbox:
             try:
                 return collect(jail.chan, proc, data, start, start + timeout, self.config.limits.output_bytes)
             except BaseException:  # Ctrl-C (or any error) while waiting: the command goes too
-                if jail.chan is not None and not jail.chan.closed:
-                    try:
-                        jail.chan.send(Op.KILL, proc.id, kill_payload("all"))
-                    except SandboxError:
-                        pass
+                try:
+                    jail.kill(proc.id, "all")
+                except SandboxError:  # the jail itself is gone
+                    pass
                 raise
 
     def shell(self, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> "Shell":
