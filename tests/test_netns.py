@@ -1,6 +1,7 @@
 """Network namespaces made ahead of time for root callers' sandboxes (sandboxlite.netns)."""
 
 import os
+import time
 import socket
 import subprocess
 
@@ -102,6 +103,35 @@ def test_a_sandbox_runs_in_a_pooled_namespace_with_a_working_loopback(full_pool)
         r = sb.exec(["cat", "/proc/net/dev"])
         assert [ln.split(":")[0].strip() for ln in r.stdout.decode().splitlines() if ":" in ln] == ["lo"]
     assert full_pool.wait_ready(full_pool.size, 10) and full_pool.made > made  # refilled
+
+
+@root_only
+def test_starting_a_sandbox_refills_the_pool_and_take_alone_does_not(full_pool):
+    """``take`` only hands out (a refill woken then would compete with the start for the GIL);
+    the start wakes the refill thread once bwrap runs, so the pool is full again soon after."""
+    time.sleep(0.2)  # the refill thread, woken by the fixture's wait_ready(), back asleep
+    fd = full_pool.take()
+    try:
+        time.sleep(0.2)
+        assert full_pool.ready() == full_pool.size - 1
+    finally:
+        os.close(fd)
+    full_pool.refill()
+    assert _until(lambda: full_pool.ready() == full_pool.size)
+    made = full_pool.made
+    with Sandbox(rootfs="host") as sb:
+        assert sb.info["netns"] == "made ahead of time (netns pool)"
+        assert _until(lambda: full_pool.ready() == full_pool.size)  # no wait_ready(): nothing else wakes it
+    assert full_pool.made == made + 1
+
+
+def _until(cond, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 @root_only

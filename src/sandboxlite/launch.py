@@ -57,13 +57,16 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
     root = rootfs_mod.resolve(config.rootfs)
     preflight(config, root, host)
     owner = os.stat(root.path).st_uid if root.kind == "dir" else None
-    net_fd = host.netns.take() if netns_wanted(config, host) else None  # type: ignore[union-attr]
+    pool = host.netns if netns_wanted(config, host) else None
+    net_fd = pool.take() if pool is not None else None
     try:
         p = plan(config, host, root, image_owner=owner, netns_ready=net_fd is not None)
         return launch(p, host, net_fd=net_fd, start_timeout=start_timeout, on_phase=on_phase, t0=t0)
     finally:
         if net_fd is not None:
             os.close(net_fd)  # the launcher holds it now: used by this sandbox only
+        if pool is not None:
+            pool.refill()  # (launch() woke it already unless it failed before the spawn)
 
 
 def preflight(config: SandboxConfig, root: rootfs_mod.RootfsPlan, host: Host) -> None:
@@ -143,6 +146,8 @@ def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, start_timeout:
         except OSError as e:
             raise SetupError(f"could not run {p.program}: {e}", hint="apt-get install bubblewrap") from None
         jail.timings["spawned"] = time.perf_counter()
+        if net_fd is not None and host.netns is not None:
+            host.netns.refill()  # the next namespace is made while bwrap boots
         jail._pidfd = os.pidfd_open(jail.pid)
     except BaseException:
         jail.teardown()

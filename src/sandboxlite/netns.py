@@ -56,7 +56,9 @@ def pool_size(env: Mapping[str, str] | None = None) -> int:
 class NetnsPool:
     """Up to ``size`` fresh network namespaces, as descriptors; a daemon thread refills.
 
-    One pool hangs off each root caller's ``Host``; the thread starts with the first ``take``.
+    One pool hangs off each root caller's ``Host``.  ``take`` only hands out: the caller wakes
+    the refill thread with ``refill()`` once it has spawned its jail (the thread then makes the
+    next namespace while bwrap boots, instead of competing with the start for the GIL).
     ``make`` makes one namespace (tests give one that fails)."""
 
     def __init__(self, size: int, make=None) -> None:
@@ -71,13 +73,18 @@ class NetnsPool:
         os.register_at_fork(after_in_child=lambda: (p := ref()) is not None and p._after_fork_in_child())
 
     def take(self) -> int | None:
-        """A descriptor of a fresh namespace (the caller closes it), or None when none is ready."""
+        """A descriptor of a fresh namespace (the caller closes it), or None when none is ready.
+        Call ``refill()`` afterwards."""
         with self._cond:
             if self._broken is not None or self.size == 0:
                 return None
-            fd = self._ready.pop() if self._ready else None
-            self._start_refill()
-            return fd
+            return self._ready.pop() if self._ready else None
+
+    def refill(self) -> None:
+        """Make namespaces in the background until ``size`` are ready (starts the thread once)."""
+        with self._cond:
+            if self._broken is None and self.size and len(self._ready) < self.size:
+                self._start_refill()
 
     def ready(self) -> int:
         with self._cond:
