@@ -24,21 +24,22 @@ KILL_GRACE_S = 5.0  # after a kill request, the tree must be gone within this
 
 
 class Proc:
-    """A spawned command: its request id and our ends of its pipes (None when not piped)."""
+    """A spawned command: its request id and our ends of its pipes (None when not piped).
+    ``status_r``: the read end of its fd 3 (a shell's status channel), when asked for."""
 
-    __slots__ = ("id", "in_w", "out_r", "err_r")
+    __slots__ = ("id", "in_w", "out_r", "err_r", "status_r")
 
-    def __init__(self, ident: int, in_w: int | None, out_r: int, err_r: int) -> None:
-        self.id, self.in_w, self.out_r, self.err_r = ident, in_w, out_r, err_r
+    def __init__(self, ident: int, in_w: int | None, out_r: int, err_r: int, status_r: int | None = None) -> None:
+        self.id, self.in_w, self.out_r, self.err_r, self.status_r = ident, in_w, out_r, err_r, status_r
 
     def close(self) -> None:
-        for fd in (self.out_r, self.err_r, self.in_w):
+        for fd in (self.out_r, self.err_r, self.in_w, self.status_r):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.in_w = None
+        self.in_w = self.status_r = None
 
 
 class CommandIO:

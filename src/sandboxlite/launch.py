@@ -30,7 +30,7 @@ from .errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, Setu
 from .host import HIGH_FD, Host, move_high
 from .identity import unreachable
 from .plan import JailPlan, netns_wanted, plan
-from .protocol import MAX_REQUEST_PAYLOAD, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, mkdir_payload, \
+from .protocol import MAX_REQUEST_PAYLOAD, SP_STATUS, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, mkdir_payload, \
     open_payload, spawn_payload, symlink_payload  # fmt: skip
 
 START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
@@ -368,9 +368,10 @@ class Jail:
         return f.type == Reply.OK
 
     def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              stdin_pipe: bool = False) -> Proc:  # fmt: skip
+              stdin_pipe: bool = False, status_pipe: bool = False) -> Proc:  # fmt: skip
         """Start a command (stdout and stderr piped to us; stdin too when asked).  ``env`` is
-        added to the base environment; a relative ``cwd`` starts at the workdir."""
+        added to the base environment; a relative ``cwd`` starts at the workdir.
+        ``status_pipe``: the command also gets a pipe to us as its fd 3 (``Proc.status_r``)."""
         chan = self.channel()
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ConfigError("cmd", f"must be a shell string or a non-empty list of strings, got {argv!r}")
@@ -383,7 +384,7 @@ class Jail:
                 check_env_pair(k, v, "env")
                 merged[k] = v
             env_list = [f"{k}={v}" for k, v in merged.items()]
-        flags = SP_STDOUT | SP_STDERR | (SP_STDIN if stdin_pipe else 0)
+        flags = SP_STDOUT | SP_STDERR | (SP_STDIN if stdin_pipe else 0) | (SP_STATUS if status_pipe else 0)
         try:  # checked before any pipe exists: nothing to clean up on a bad command
             payload = spawn_payload(flags, cwd, argv, env_list)
         except ValueError as e:  # a NUL byte, or a lone surrogate that UTF-8 cannot carry
@@ -398,11 +399,15 @@ class Jail:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         ours, theirs = [out_r, err_r], [out_w, err_w]
-        in_w = None
+        in_w = status_r = None
         if stdin_pipe:
             in_r, in_w = os.pipe2(os.O_CLOEXEC)
             ours.append(in_w)
             theirs.insert(0, in_r)
+        if status_pipe:
+            status_r, status_w = os.pipe2(os.O_CLOEXEC)
+            ours.append(status_r)
+            theirs.append(status_w)
         ident = chan.new_id()
         try:
             chan.send(Op.SPAWN, ident, payload, theirs)
@@ -413,7 +418,7 @@ class Jail:
         finally:
             for fd in theirs:
                 os.close(fd)
-        return Proc(ident, in_w, out_r, err_r)
+        return Proc(ident, in_w, out_r, err_r, status_r)
 
     def kill(self, ident: int, how: str) -> None:
         """Kill a command's tree (``"all"``) or its processes newer than a pid (``"desc N"``)."""

@@ -52,7 +52,7 @@ from typing import ClassVar
 from .errors import SandboxCrashed
 
 HEADER = struct.Struct("<IcI")
-HELLO = b"sandboxlite-executor 3"  # the executor's greeting: its name and protocol version
+HELLO = b"sandboxlite-executor 4"  # the executor's greeting: its name and protocol version
 CTRL_FD = 3  # the executor's control socket unless ctrl=N
 # host -> executor: a spawn carries argv, environment and cwd (launch.MAX_SPAWN_BYTES); a
 # bigger request makes the executor drop the jail, so Channel.send refuses it
@@ -91,8 +91,9 @@ class Reply(str, enum.Enum):
 
 _REPLY_BY_BYTE = {r.value.encode(): r for r in Reply}
 
-# spawn flags: which standard streams come attached (in this order); the others are /dev/null
+# spawn flags: which descriptors come attached (in this order); absent standard streams are /dev/null
 SP_STDIN, SP_STDOUT, SP_STDERR = 1, 2, 4
+SP_STATUS = 8  # one more, the command's fd 3 (a shell's status channel); without it fd 3 is closed
 # open flags of our own (above the kernel's O_* bits, which are forwarded)
 OP_MKPARENTS = 0x40000000  # mkdir -p the parent first
 OP_REQ_REG = 0x20000000  # refuse anything but a regular file (EISDIR / EINVAL)
@@ -249,7 +250,7 @@ def strings(*items: str | bytes) -> bytes:
 def spawn_payload(flags: int, cwd: str, argv: Sequence[str], env: Sequence[str] | Mapping[str, str]) -> bytes:
     """SPAWN: ``flags`` (SP_*), the command's cwd, argv and environment (``"K=V"`` entries or a mapping).
 
-    Send it with the descriptors its flags name, in the order stdin, stdout, stderr.
+    Send it with the descriptors its flags name, in the order stdin, stdout, stderr, status.
     ValueError on a NUL byte (or text UTF-8 cannot carry); an empty argv is refused."""
     if not argv:
         raise ValueError("an empty argv")

@@ -2,9 +2,12 @@
 
 One bash process reads commands from a pipe, NUL-separated, and ``eval``s each
 in its own context, so ``cd``, exported and plain variables, functions and
-aliases persist.  After each command it prints a marker with a random nonce,
-the exit code and ``$PWD`` on stdout (and the marker on stderr), which is how we
-know the command is done.  Each command gets its own timeout: on expiry every
+aliases persist.  After each command it writes the exit code and ``$PWD`` on a
+status channel of its own (fd 3, closed while the command runs, see BOOT), which
+is how we know the command is done; stdout and stderr carry only what the
+command wrote, and every buffer kept here is capped by the output limit.  A
+status that is not what BOOT writes ends the session and starts a new one (the
+result's ``note`` says so).  Each command gets its own timeout: on expiry every
 process below bash (double-forked daemons included: bash's supervisor is a
 subreaper) that the command started is killed, bash survives and reports exit
 code 124.  Background jobs of earlier commands are spared.  If the command
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -29,76 +31,59 @@ from .result import TIMEOUT_EXIT_CODE, ExecResult, OutputBuffer, decode_status
 if TYPE_CHECKING:
     from .sandbox import Sandbox
 
+# The status of each command travels on fd 3, a pipe of its own: it is closed while the command
+# runs (bash keeps its copy close-on-exec), so no program the command starts can write to it
+# or read it, whatever it prints.  ``builtin`` because a command may define a function named
+# printf or read (one that redefines ``builtin`` itself only breaks its own session: no status
+# comes, the timeout ends the command and a new session starts).
 BOOT = r"""
-__sl_m=$1
 shopt -s expand_aliases
-while IFS= read -r -d '' __sl_c; do
-  eval "$__sl_c" </dev/null
-  __sl_rc=$?
-  printf '%s%d %s\0' "$__sl_m" "$__sl_rc" "$PWD"
-  printf '%s' "$__sl_m" >&2
+while IFS= builtin read -r -d '' __sl_c; do
+  builtin eval "$__sl_c" </dev/null 3>&-
+  builtin printf '%d %s\0' "$?" "$PWD" >&3
 done
 """
 
 STUCK_GRACE_S = 1.0  # after killing a command's children, how long bash has to come back
+MAX_STATUS_BYTES = 1 << 16  # "CODE PWD\0": a PWD is at most PATH_MAX (4096)
+# after the status: what the command wrote before it is in the pipes; read at most this much more
+# of each (a background job that keeps writing must not keep us here)
+DRAIN_BYTES = 4 << 20
 
 
-class _MarkerStream:
-    """Splits one stream at the marker; keeps at most ``cap`` bytes of output."""
+class _Status:
+    """The status channel: one ``CODE PWD`` record per command, NUL-terminated, at most
+    MAX_STATUS_BYTES (more, or a second record, is the sign of a session out of step)."""
 
-    def __init__(self, marker: bytes, cap: int, trailer: bool, carry: bytes = b"") -> None:
-        self.marker = marker
-        self.out = OutputBuffer(cap)
-        self.window = bytearray()
-        self.want_trailer = trailer
-        self.found = False
-        self.done = False
-        self.trailer = bytearray()
-        self.rest = bytearray()
-        if carry:
-            self.feed(carry)
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.record: bytes | None = None
+        self.extra = 0  # bytes after the record
 
     def feed(self, data: bytes) -> None:
-        if self.done:
-            self.rest += data
+        if self.record is not None:
+            self.extra += len(data)
             return
-        if self.found:  # collecting "RC PWD\0"
-            self._trail(data)
-            return
-        self.window += data
-        i = self.window.find(self.marker)
-        if i < 0:
-            keep = len(self.marker) - 1
-            if len(self.window) > keep:
-                self.out.feed(bytes(self.window[:-keep]))
-                del self.window[:-keep]
-            return
-        self.out.feed(bytes(self.window[:i]))
-        after = bytes(self.window[i + len(self.marker) :])
-        self.window.clear()
-        self.found = True
-        if self.want_trailer:
-            self._trail(after)
-        else:
-            self.done = True
-            self.rest += after
+        self.buf += data
+        j = self.buf.find(b"\0")
+        if j >= 0:
+            self.record = bytes(self.buf[:j])
+            self.extra = len(self.buf) - j - 1
+            self.buf.clear()
+        elif len(self.buf) > MAX_STATUS_BYTES:
+            self.record = bytes(self.buf[:MAX_STATUS_BYTES])  # malformed: parse() says so
+            self.buf.clear()
 
-    def _trail(self, data: bytes) -> None:
-        j = data.find(b"\0")
-        if j < 0:
-            self.trailer += data
-            if len(self.trailer) > 1 << 16:  # a PWD cannot be this long
-                self.done = True
-            return
-        self.trailer += data[:j]
-        self.rest += data[j + 1 :]
-        self.done = True
+    @property
+    def done(self) -> bool:
+        return self.record is not None
 
-    def flush(self) -> None:
-        """The stream ended without a marker: everything seen is output."""
-        if not self.found:
-            self.out.feed(bytes(self.window))
-            self.window.clear()
+    def parse(self) -> tuple[int, str] | None:
+        """(exit code, cwd), or None for a record that is not what BOOT prints."""
+        code, sep, pwd = (self.record or b"").partition(b" ")
+        if not sep or not code.isdigit() or len(code) > 3 or not pwd.startswith(b"/"):
+            return None
+        return int(code), pwd.decode("utf-8", "surrogateescape")
 
 
 class Shell:
@@ -114,25 +99,22 @@ class Shell:
         self._cwd = cwd or sandbox.config.workdir
         self._proc: Proc | None = None
         self._generation = sandbox.generation
-        self._carry_out = b""
-        self._carry_err = b""
         self.restarts = 0
         self._pending_note = ""
         self._start()
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _start(self) -> None:
-        self._marker = f"\x1e__SANDBOXLITE_{secrets.token_hex(8)}__".encode()
         with self._sb.lock:
             self._proc = self._sb.jail.spawn(
-                ["/bin/bash", "--noprofile", "--norc", "-c", BOOT, "sandboxlite-shell", self._marker.decode()],
+                ["/bin/bash", "--noprofile", "--norc", "-c", BOOT, "sandboxlite-shell"],
                 cwd=self._cwd,
                 env=self._env,
                 stdin_pipe=True,
+                status_pipe=True,
             )
-        for fd in (self._proc.out_r, self._proc.err_r, self._proc.in_w):
+        for fd in (self._proc.out_r, self._proc.err_r, self._proc.in_w, self._proc.status_r):
             os.set_blocking(fd, False)
-        self._carry_out = self._carry_err = b""
 
     def _close_fds(self) -> None:
         if self._proc is not None:
@@ -233,12 +215,13 @@ class Shell:
 
     def _run(self, payload: bytes, timeout: float) -> ExecResult:
         jail = self._sb.jail
-        assert self._proc is not None
+        assert self._proc is not None and self._proc.status_r is not None
         proc = self._proc
         cap = self._sb.config.limits.output_bytes
-        out = _MarkerStream(self._marker, cap, True, self._carry_out)
-        err = _MarkerStream(self._marker, cap, False, self._carry_err)
-        io = CommandIO(jail.chan, proc, {proc.out_r: out.feed, proc.err_r: err.feed}, payload, keep_stdin=True)
+        out, err, status = OutputBuffer(cap), OutputBuffer(cap), _Status()
+        _discard_ready(proc.status_r)  # a record a command forged for an earlier one (see BOOT)
+        sinks = {proc.out_r: out.feed, proc.err_r: err.feed, proc.status_r: status.feed}
+        io = CommandIO(jail.chan, proc, sinks, payload, keep_stdin=True)
         # processes with a higher pid than this belong to this command; on timeout
         # they are killed and older background jobs are spared
         floor = jail.last_pid()
@@ -246,7 +229,7 @@ class Shell:
         deadline = start + timeout
         killed_desc_at: float | None = None
         killed_all = False
-        while not (out.done and err.done) and not io.take_frames():
+        while not status.done and not io.take_frames():
             now = time.monotonic()
             if now >= deadline and killed_desc_at is None:
                 io.kill(f"desc {floor}")
@@ -258,16 +241,18 @@ class Shell:
                 raise SandboxCrashed("a timed-out shell could not be killed within 5 s")
             io.poll(deadline - now if killed_desc_at is None else 0.05, "the sandbox died during a shell command")
             if not io.open and not io.ended:
-                # bash closed both streams: it is exiting, its status follows
+                # bash closed its streams: it is exiting, its status follows
                 io.status = jail.chan.wait(proc.id, time.monotonic() + 5.0).number()
-        duration = time.monotonic() - start
         timed_out = killed_desc_at is not None
-        if out.done and err.done:  # the command finished and bash reported on it
-            self._carry_out, self._carry_err = bytes(out.rest), bytes(err.rest)
-            code = int(out.trailer.split(b" ", 1)[0] or b"0") if out.trailer else 0
-            pwd = out.trailer.split(b" ", 1)[1] if b" " in out.trailer else b""
-            if pwd:
-                self._cwd = pwd.decode("utf-8", "surrogateescape")
+        if status.done:  # the command finished and bash reported on it
+            # what the command wrote before bash reported is in the pipes now
+            _drain(proc.out_r, out.feed)
+            _drain(proc.err_r, err.feed)
+            duration = time.monotonic() - start
+            parsed = status.parse()
+            if parsed is None or status.extra:
+                return self._restart_after(out, err, duration, timed_out, "reported a malformed status")
+            code, self._cwd = parsed
             note = ""
             if io.ended:  # ... and then exited: the next command needs a new session
                 jail.chan.discard(proc.id)
@@ -278,8 +263,7 @@ class Shell:
             return _result(out, err, duration, timed_out, code, 9 if timed_out else None, note)
         # bash is gone (exit, set -e, killed because it was stuck, or it could not start): restart
         io.drain()
-        out.flush()
-        err.flush()
+        duration = time.monotonic() - start
         if io.status is None:
             raise SandboxCrashed(f"the shell could not start: {os.strerror(io.spawn_errno or 0)}",
                                  hint="reset() the sandbox (its process limit may be reached)")  # fmt: skip
@@ -295,16 +279,59 @@ class Shell:
         )
         return _result(out, err, duration, timed_out, code, sig, note)
 
+    def _restart_after(self, out: OutputBuffer, err: OutputBuffer, duration: float, timed_out: bool,
+                       why: str) -> ExecResult:  # fmt: skip
+        """The session is out of step with us (something in it wrote to its status channel):
+        end it and start a new one, and say so in the result."""
+        self._abandon_quietly()
+        note = (
+            f"the shell session {why}, so it was ended and a new session was started in {self._cwd} "
+            "(shell variables, functions and background jobs of the old one are gone)"
+        )
+        return _result(out, err, duration, timed_out, 1, None, note)
 
-def _result(out: _MarkerStream, err: _MarkerStream, duration: float, timed_out: bool, code: int,
+    def _abandon_quietly(self) -> None:
+        proc = self._proc
+        if proc is not None:
+            jail = self._sb.jail
+            jail.kill(proc.id, "all")
+            self._close_fds()
+            try:
+                jail.chan.wait(proc.id, time.monotonic() + 5.0)
+            except (TimeoutError, SandboxCrashed):
+                pass
+            jail.chan.discard(proc.id)
+        self._start()
+        self.restarts += 1
+
+
+def _drain(fd: int, feed) -> None:
+    """Read what is in the pipe now (at most DRAIN_BYTES), without waiting."""
+    left = DRAIN_BYTES
+    while left > 0:
+        try:
+            chunk = os.read(fd, min(left, 1 << 16))
+        except BlockingIOError:
+            return
+        if not chunk:
+            return
+        feed(chunk)
+        left -= len(chunk)
+
+
+def _discard_ready(fd: int) -> None:
+    _drain(fd, lambda _chunk: None)
+
+
+def _result(out: OutputBuffer, err: OutputBuffer, duration: float, timed_out: bool, code: int,
             sig: int | None, note: str = "") -> ExecResult:  # fmt: skip
     return ExecResult(
         exit_code=TIMEOUT_EXIT_CODE if timed_out else code,
-        stdout=bytes(out.out.data),
-        stderr=bytes(err.out.data),
+        stdout=bytes(out.data),
+        stderr=bytes(err.data),
         duration_s=duration,
         timed_out=timed_out,
-        truncated=out.out.truncated or err.out.truncated,
+        truncated=out.truncated or err.truncated,
         signal=sig,
         note=note,
     )

@@ -52,7 +52,8 @@
  * Descriptors ride with the first byte (SCM_RIGHTS, at most MAX_FDS).
  * Strings in payloads are NUL-terminated, numbers are decimal text.
  * Requests (host -> executor, payload at most MAX_REQUEST_PAYLOAD):
- *   'S' spawn    flags, cwd, argc, argv..., env... with the SP_* descriptors;
+ *   'S' spawn    flags, cwd, argc, argv..., env... with the SP_* descriptors
+ *                (in flag order; SP_STATUS's becomes the command's fd 3);
  *                no reply on success, then 'X'; 'E' if it cannot start
  *   'K' kill     "all" (the command's tree) or "desc FLOOR" (what the command
  *                started after pid FLOOR, not the command: a shell's timeout);
@@ -111,7 +112,7 @@
 
 /* ---- the protocol (mirrors sandboxlite/protocol.py; one definition per line) ---- */
 
-#define HELLO_TEXT "sandboxlite-executor 3"
+#define HELLO_TEXT "sandboxlite-executor 4"
 #define CTRL_FD 3                       /* the control socket unless ctrl=N */
 #define MAX_REQUEST_PAYLOAD (16u << 20) /* a bigger request ends the jail (launch.MAX_SPAWN_BYTES) */
 #define MAX_REPLY_PAYLOAD 4096u         /* what we send is far smaller */
@@ -140,6 +141,7 @@ enum reply {
 #define SP_STDIN 1u  /* an fd for stdin is attached, else /dev/null */
 #define SP_STDOUT 2u /* an fd for stdout is attached, else /dev/null */
 #define SP_STDERR 4u /* an fd for stderr is attached, else /dev/null */
+#define SP_STATUS 8u /* an fd the command gets as 3 (a shell's status channel), else 3 is closed */
 
 /* open flags of our own, above the kernel's O_* bits we forward */
 #define OP_MKPARENTS 0x40000000u
@@ -821,9 +823,19 @@ static void run_supervisor(uint32_t id, char *payload, size_t plen, int *fds, in
   memcpy(argv_copy, av, sizeof(char *) * argc);
   argv_copy[argc] = NULL;
 
-  int want[3] = {-1, -1, -1}, k = 0;
-  for (int i = 0; i < 3; i++)
+  int want[4] = {-1, -1, -1, -1}, k = 0; /* stdin, stdout, stderr, fd 3: in flag order */
+  for (int i = 0; i < 4; i++)
     if (flags & (1u << i)) want[i] = k < nfds ? fds[k++] : -1;
+  if ((flags & SP_STATUS) && want[3] < 0) {
+    send_errno(id, EINVAL);
+    _exit(0);
+  }
+  /* fd 3's source out of the way of the dup2s onto 0..3 below */
+  int status_src = want[3] >= 0 ? fcntl(want[3], F_DUPFD_CLOEXEC, 10) : -1;
+  if (want[3] >= 0 && status_src < 0) {
+    send_errno(id, errno);
+    _exit(0);
+  }
 
   /* signals stay blocked (inherited from the executor); add the ones we wait for */
   sigset_t set;
@@ -847,12 +859,13 @@ static void run_supervisor(uint32_t id, char *payload, size_t plen, int *fds, in
       int src = want[i] >= 0 ? want[i] : devnull;
       if (src < 0 || (src == i ? fcntl(i, F_SETFD, 0) : dup2(src, i)) < 0) _exit(126);
     }
+    if (status_src >= 0 && dup2(status_src, 3) < 0) _exit(126);
     /* dispositions are all default (nobody here installs handlers); the
      * mask is not: S blocks the signals it waits for */
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    syscall(SYS_close_range, 3, ~0U, 0);
+    syscall(SYS_close_range, status_src >= 0 ? 4 : 3, ~0U, 0);
     if (chdir(cwd) < 0) {
       dprintf(2, "sandboxlite: cannot enter %s: %s\n", cwd, strerror(errno));
       _exit(126);
