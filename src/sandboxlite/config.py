@@ -94,12 +94,14 @@ class Limits:
     testbed_mb: int = 2048  # size of the /testbed tmpfs (when /testbed is not a mount)
     overlay_mb: int = 2048  # how much a copy-on-write root may take (writes outside /tmp and /testbed)
     output_bytes: int = 1 << 20  # stdout and stderr are each capped at this many bytes
+    # pseudo-terminals open at once: every sandbox's devpts draws on the machine-wide kernel.pty.max
+    ptys: int = 32
 
     def __post_init__(self) -> None:
         _positive("limits.timeout_s", self.timeout_s, optional=False, kind=float)
         for name in ("cpu_s", "memory_mb", "pids", "fsize_mb"):
             _positive(f"limits.{name}", getattr(self, name), optional=True)
-        for name in ("nofile", "tmp_mb", "testbed_mb", "overlay_mb", "output_bytes"):
+        for name in ("nofile", "tmp_mb", "testbed_mb", "overlay_mb", "output_bytes", "ptys"):
             _positive(f"limits.{name}", getattr(self, name), optional=False)
         if self.pids is not None and self.pids < 8:
             raise ConfigError("limits.pids", f"must be at least 8 (the jail needs a few), got {self.pids}")

@@ -189,7 +189,8 @@ def generation_args(config: SandboxConfig, lower: str | None, dev: str | None, w
     lim = config.limits
     mounted = {m.dst for m in config.mounts}
     gen = [f"tmp={lim.tmp_mb * MiB}", f"testbed={0 if '/testbed' in mounted else lim.testbed_mb * MiB}"]
-    if dev is not None:  # a ready-made /dev: the executor mounts devpts per generation, /dev read-only
+    gen.append(f"ptys={lim.ptys}")  # every generation gets a devpts instance of its own, this big
+    if dev is not None:  # a ready-made /dev: the executor makes /dev read-only
         gen.append("devdir=1")
     if lower is not None:
         gen += ["lower=/.sl/lower", f"upper={lim.overlay_mb * MiB}"]

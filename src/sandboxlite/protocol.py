@@ -128,6 +128,7 @@ class OptKind(str, enum.Enum):
     SIZE = "SIZE"  # a number of bytes
     PATH = "PATH"  # an absolute path inside the jail
     FLAG = "FLAG"  # 0 or 1
+    COUNT = "COUNT"  # a positive number of things
     RLIMIT = "RLIMIT"  # a number in the resource's unit, or inf
 
     __str__ = str.__str__
@@ -156,6 +157,7 @@ EXECUTOR_OPTIONS: dict[str, ExecutorOption] = {
         ExecutorOption("devdir", OptKind.FLAG),  # /dev is a ready-made directory: devpts per generation
         ExecutorOption("rootro", OptKind.FLAG),  # the generation's bind of the jail's root is read-only
         ExecutorOption("mkdir", OptKind.PATH, MAX_MKDIRS),
+        ExecutorOption("ptys", OptKind.COUNT),  # the generation's devpts instance holds at most this many
         ExecutorOption("cpu", OptKind.RLIMIT),  # RLIMIT_CPU, seconds
         ExecutorOption("as", OptKind.RLIMIT),  # RLIMIT_AS, bytes
         ExecutorOption("fsize", OptKind.RLIMIT),  # RLIMIT_FSIZE, bytes
@@ -180,6 +182,8 @@ def _option_error(arg: str, key: str | None, value: str) -> str | None:
         return f"option '{arg}': expected a descriptor number"
     if kind is OptKind.SIZE and not (is_num and int(value) < 1 << 64):
         return f"option '{arg}': expected a number of bytes"
+    if kind is OptKind.COUNT and not (is_num and 0 < int(value) < 1 << 31):
+        return f"option '{arg}': expected a positive number"
     if kind is OptKind.FLAG and value not in ("0", "1"):
         return f"option '{arg}': expected 0 or 1"
     if kind is OptKind.RLIMIT and not (value == "inf" or (is_num and int(value) < 1 << 64)):

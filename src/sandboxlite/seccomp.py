@@ -2,10 +2,14 @@
 
 Default allow, with a deny list of the kernel interfaces a sandboxed program
 has no business touching (the attack surface of most container escapes).
-Denied calls fail with EPERM, except ``clone3`` which fails with ENOSYS: a
-filter cannot read clone3's flags (they live in a struct in memory), and
-ENOSYS makes libc fall back to ``clone``, whose flags we *can* check.  EPERM
-on clone3 would break every thread start (Python threading, numpy).
+Denied calls fail with EPERM, except those in ``NOSYS_SYSCALLS``, which fail
+with ENOSYS as on a kernel without them, so that programs fall back: ``clone3``
+(a filter cannot read its flags, which live in a struct in memory; ENOSYS makes
+libc fall back to ``clone``, whose flags we *can* check, where EPERM would break
+every thread start) and native AIO's ``io_setup`` (its budget, fs.aio-max-nr,
+is one for the whole machine: one sandbox could take all of it).  Sockets of
+families that reach beyond the sandbox's network namespace fail with
+EAFNOSUPPORT (``DENIED_SOCKET_FAMILIES``).
 
 System calls of other ABIs (i386 ``int 0x80``, x32) kill the process: the
 filter only speaks the native one.
@@ -86,6 +90,13 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "nfsservctl",
 )
 
+# Denied with ENOSYS (see above).
+NOSYS_SYSCALLS: tuple[str, ...] = ("clone3", "io_setup")
+
+# socket() families denied with EAFNOSUPPORT: AF_VSOCK's port space is the VM's, shared by every
+# sandbox and the host whatever the network namespace (and a channel towards the hypervisor).
+DENIED_SOCKET_FAMILIES: dict[str, int] = {"AF_VSOCK": 40}
+
 # clone() flags that create namespaces: clone with any of them fails with EPERM.
 CLONE_NS_FLAGS: dict[str, int] = {
     "CLONE_NEWNS": 0x00020000,
@@ -124,13 +135,17 @@ def filter_bytes() -> bytes:
             f.add_rule(eperm, name)
         except (ValueError, OSError):  # not on this architecture
             continue
-    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    for name in NOSYS_SYSCALLS:
+        f.add_rule(sc.ERRNO(errno.ENOSYS), name)
     for flag in CLONE_NS_FLAGS.values():
         f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     for req in DENIED_IOCTLS.values():
         f.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, req))
     # AF_PACKET sockets sniff interfaces; there is nothing to sniff, deny anyway.
     f.add_rule(eperm, "socket", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, 17))  # the kernel reads an int
+    for family in DENIED_SOCKET_FAMILIES.values():
+        for call in ("socket", "socketpair"):
+            f.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), call, sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, family))
     with tempfile.TemporaryFile() as tmp:
         f.export_bpf(tmp)
         tmp.seek(0)

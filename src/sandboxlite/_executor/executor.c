@@ -19,13 +19,15 @@
  * The processes.
  *   PID 1 (this program, unconfined in the user namespace) talks to the host
  *     over one unix stream socket (ctrl=FD, 3 by default) and reaps orphans.
- *   G, once per generation: a child that unshares a mount namespace, builds it
+ *   G, once per generation: a child that unshares a mount namespace (and an
+ *     IPC namespace: no SysV or POSIX IPC object outlives its generation), builds it
  *     (a copy-on-write overlay over the image with lower=, writes in a
  *     size-capped tmpfs; else a bind of the jail's read-only root, rootro=1),
  *     fresh size-capped tmpfs on /tmp, /testbed, /dev/shm (and /root without
- *     an overlay), the caller's mounts again over an overlay (bind=), devpts
- *     (devdir=1), a workdir (wtmpfs=, mkdir=), pivots into it and exits.  PID 1
- *     keeps the namespace and its root by descriptor.
+ *     an overlay), the caller's mounts again over an overlay (bind=), a devpts
+ *     instance holding at most ptys= terminals, a workdir (wtmpfs=, mkdir=),
+ *     pivots into it and exits.  PID 1 keeps the namespaces and the root by
+ *     descriptor.
  *   Z, the zygote, once per generation: forked by PID 1, it joins the
  *     generation, sets no_new_privs, empties every capability set (bounding and
  *     ambient included) and loads the seccomp filter (seccomp=FD) once
@@ -165,10 +167,10 @@ enum reply {
 #define MAX_MKDIRS 8 /* mkdir=: directories to create (a workdir inside a writable place) */
 #define OPTION_PATH_MAX 4032 /* the longest path option: PATH_MAX, less room for the generation's prefix */
 
-enum opt_kind { OPT_FD, OPT_SIZE, OPT_PATH, OPT_FLAG, OPT_RLIMIT };
+enum opt_kind { OPT_FD, OPT_SIZE, OPT_PATH, OPT_FLAG, OPT_COUNT, OPT_RLIMIT };
 enum opt_id {
   O_CTRL, O_EXE, O_SECCOMP, O_LOWER, O_UPPER, O_TMP, O_TESTBED, O_BIND, O_WTMPFS, O_DEVDIR, O_ROOTRO, O_MKDIR,
-  O_CPU, O_AS, O_FSIZE, O_NPROC, O_NOFILE, O_CORE, O_STACK, N_OPTS
+  O_PTYS, O_CPU, O_AS, O_FSIZE, O_NPROC, O_NOFILE, O_CORE, O_STACK, N_OPTS
 };
 static const struct opt_spec {
   const char *key;
@@ -187,6 +189,7 @@ static const struct opt_spec {
   [O_DEVDIR] = {"devdir", OPT_FLAG, 1},    /* /dev is a ready-made directory: devpts per generation */
   [O_ROOTRO] = {"rootro", OPT_FLAG, 1},    /* make the generation's bind of the jail's root read-only */
   [O_MKDIR] = {"mkdir", OPT_PATH, MAX_MKDIRS},
+  [O_PTYS] = {"ptys", OPT_COUNT, 1},       /* the generation's devpts instance holds at most this many */
   [O_CPU] = {"cpu", OPT_RLIMIT, 1},        /* rlimits: a number in the resource's unit, or inf */
   [O_AS] = {"as", OPT_RLIMIT, 1},
   [O_FSIZE] = {"fsize", OPT_RLIMIT, 1},
@@ -210,13 +213,14 @@ static struct options {
   const char *lower;       /* overlay lower dir (the image), or NULL */
   unsigned long long upper, tmp, testbed;
   int devdir, rootro;
+  unsigned ptys;           /* devpts max= */
   const char *binds[MAX_BINDS];
   const char *wtmpfs[MAX_WTMPFS];
   const char *mkdirs[MAX_MKDIRS];
   int n[N_OPTS];           /* how many times each key was given */
   rlim_t rlimit[N_OPTS];   /* the value of each rlimit option given */
 } opts = {.ctrl = CTRL_FD, .exe = -1, .seccomp = -1, .upper = 1ull << 30, .tmp = 1ull << 30,
-          .testbed = 2ull << 30};
+          .testbed = 2ull << 30, .ptys = 64};
 
 extern char **environ;
 
@@ -501,7 +505,7 @@ static void supervise(pid_t cmd) {
  * the seccomp filter before execve.  Reset = kill every process, drop the
  * namespace (its tmpfs go with it), build a new one: no new jail needed. */
 
-static int gen_mnt = -1, gen_root = -1;
+static int gen_mnt = -1, gen_root = -1, gen_ipc = -1;
 /* The jail's whole root and its /proc.  The executor itself lives chrooted in /proc: a mount
  * table (/proc/PID/mountinfo, readable by any process) lists the mounts under its task's root,
  * and bwrap's mounts name host paths (the image, the host's /etc copy, the caller's mounts).
@@ -544,7 +548,8 @@ static void bind_at(const char *src, const char *dst) {
 static void gen_child(int ready_w, int hold_r) {
   char root[] = "/.sl/gen/r", path[PATH_MAX];
   if (fchdir(root_fd) < 0 || chroot(".") < 0) gen_fail("back to the jail's root", NULL);
-  if (unshare(CLONE_NEWNS) < 0) gen_fail("unshare", NULL);
+  /* a mount namespace, and an IPC namespace (SysV and POSIX IPC objects die with the generation) */
+  if (unshare(CLONE_NEWNS | CLONE_NEWIPC) < 0) gen_fail("unshare", NULL);
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) gen_fail("make private", "/");
   tmpfs_at("/.sl/gen", opts.lower ? opts.upper : (1 << 20), 0755);
   mkdir_p(root, 0755);
@@ -585,10 +590,13 @@ static void gen_child(int ready_w, int hold_r) {
   }
   snprintf(path, sizeof path, "%s/dev/shm", root);
   tmpfs_at(path, opts.tmp, 01777);
-  if (opts.devdir) { /* what bwrap's --dev would have mounted, fresh for each generation */
-    snprintf(path, sizeof path, "%s/dev/pts", root);
-    if (mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") < 0)
-      gen_fail("devpts", path);
+  /* a devpts instance of the generation's own (over bwrap's, without devdir=): its ptys are
+   * capped, since every instance but the host's first draws on one machine-wide kernel.pty.max */
+  snprintf(path, sizeof path, "%s/dev/pts", root);
+  char ptsopts[96];
+  snprintf(ptsopts, sizeof ptsopts, "newinstance,ptmxmode=0666,mode=620,max=%u", opts.ptys);
+  if (mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, ptsopts) < 0) gen_fail("devpts", path);
+  if (opts.devdir) { /* the rest of what bwrap's --dev would have mounted */
     /* bwrap binds the directory read-write (its read-only remount would add nodev) */
     snprintf(path, sizeof path, "%s/dev", root);
     if (mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, NULL) < 0) gen_fail("read-only", path);
@@ -640,24 +648,29 @@ static int new_generation(void) {
   do n = read(ready[0], &c, 1);
   while (n < 0 && errno == EINTR);
   close(ready[0]);
-  int mnt = -1, rootfd = -1, err = EIO;
+  int mnt = -1, rootfd = -1, ipc = -1, err = EIO;
   if (n == 1) {
     snprintf(path, sizeof path, "%d/ns/mnt", (int)g);
     mnt = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof path, "%d/ns/ipc", (int)g);
+    ipc = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
     snprintf(path, sizeof path, "%d/root", (int)g);
     rootfd = openat(proc_fd, path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (mnt < 0 || rootfd < 0) err = errno;
+    if (mnt < 0 || ipc < 0 || rootfd < 0) err = errno;
   }
-  close(hold[1]); /* G exits (reaped with the other orphans); the namespace lives on through our descriptors */
-  if (mnt < 0 || rootfd < 0) {
+  close(hold[1]); /* G exits (reaped with the other orphans); the namespaces live on through our descriptors */
+  if (mnt < 0 || ipc < 0 || rootfd < 0) {
     if (mnt >= 0) close(mnt);
+    if (ipc >= 0) close(ipc);
     if (rootfd >= 0) close(rootfd);
     errno = err;
     return -1;
   }
   if (gen_mnt >= 0) close(gen_mnt);
+  if (gen_ipc >= 0) close(gen_ipc); /* the last reference once the old generation's processes are gone */
   if (gen_root >= 0) close(gen_root);
   gen_mnt = mnt;
+  gen_ipc = ipc;
   gen_root = rootfd;
   return 0;
 }
@@ -666,7 +679,7 @@ static int new_generation(void) {
  * give up every privilege; the command inherits all of it.  Any failure ends
  * the process: nothing ever runs unconfined. */
 static void confine_self(void) {
-  int ok = setns(gen_mnt, CLONE_NEWNS) == 0 && chdir("/") == 0;
+  int ok = setns(gen_mnt, CLONE_NEWNS) == 0 && chdir("/") == 0 && setns(gen_ipc, CLONE_NEWIPC) == 0;
   ok = ok && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0;
   ok = ok && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0;
   for (int cap = 0; ok && cap <= 63; cap++)
@@ -1338,6 +1351,10 @@ static void parse_options(int argc, char **argv) {
       case OPT_SIZE:
         if (parse_number(v, &n) < 0) bad_option("option '%s': expected a number of bytes", a);
         *(id == O_UPPER ? &opts.upper : id == O_TMP ? &opts.tmp : &opts.testbed) = n;
+        break;
+      case OPT_COUNT:
+        if (parse_number(v, &n) < 0 || n == 0 || n >= 1ull << 31) bad_option("option '%s': expected a positive number", a);
+        opts.ptys = (unsigned)n;
         break;
       case OPT_FLAG:
         if (strcmp(v, "0") && strcmp(v, "1")) bad_option("option '%s': expected 0 or 1", a);

@@ -1,0 +1,141 @@
+"""Between sandboxes: what one sandbox takes must not be taken from another, nor from the next
+episode of the same one (hardening round 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandboxlite import Limits, Sandbox
+
+from .helpers import SC, nr, run_py
+
+# Open pseudo-terminals (the master side only: one descriptor each) until the kernel refuses.
+PTY_HOG = r"""
+import errno, json, os, time
+fds, err = [], "ok"
+while len(fds) < 900:
+    try:
+        fds.append(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+    except OSError as e:
+        err = errno.errorcode.get(e.errno, str(e.errno)); break
+print(json.dumps({"opened": len(fds), "err": err}), flush=True)
+time.sleep(float(os.environ.get("HOLD", "0")))
+"""
+
+
+def test_a_sandbox_holds_at_most_limits_ptys_ptys(record):
+    """Every devpts instance but the host's first draws on one kernel.pty.max (4096 less 1024
+    reserved): without a cap one sandbox took 3071 of 3072 and every other got none."""
+    with Sandbox(rootfs="host", limits=Limits(ptys=6)) as sb:
+        res = run_py(sb, PTY_HOG)
+    record("open ptys until refused, ptys=6", "6 opened, then ENOSPC", res)
+    assert res == {"opened": 6, "err": "ENOSPC"}
+    with Sandbox(rootfs="host") as sb:  # the default
+        res = run_py(sb, PTY_HOG)
+    assert res == {"opened": Limits().ptys, "err": "ENOSPC"}
+
+
+def test_ptys_held_by_one_sandbox_leave_the_others_theirs(record):
+    with Sandbox(rootfs="host") as hog, Sandbox(rootfs="host") as other:
+        with hog.shell() as sh:
+            sh.run("HOLD=30 python3 -c '%s' > /tmp/hog.json &" % PTY_HOG.replace("'", "'\\''"))
+            hogged = sh.run("for i in $(seq 100); do [ -s /tmp/hog.json ] && break; sleep 0.05; done; cat /tmp/hog.json")
+            res = run_py(other, "import json, os; m, s = os.openpty(); print(json.dumps({'pty': os.ttyname(s)}))")
+    record("one sandbox holds all its ptys; another opens one", "the other gets a pty", (hogged.stdout, res))
+    assert b'"err": "ENOSPC"' in hogged.stdout
+    assert res["pty"].startswith("/dev/pts/")
+
+
+def test_native_aio_is_not_offered(image_sb, record):
+    """io_setup draws on fs.aio-max-nr, one budget for the whole machine: one sandbox took all of
+    it and io_setup then failed for root on the host.  ENOSYS, as on a kernel without AIO."""
+    script = SC + r'''
+import ctypes
+ctx = ctypes.c_ulong(0)
+print(json.dumps({"io_setup": en(sc(%d, 64, ctypes.addressof(ctx))[1])}))
+''' % nr("io_setup")
+    res = run_py(image_sb, script)
+    record("io_setup(64)", "ENOSYS", res["io_setup"])
+    assert res["io_setup"] == "ENOSYS"
+
+
+@pytest.mark.parametrize("network", ["none", "host"])
+def test_no_vsock_sockets(network, record):
+    """AF_VSOCK's port space is the VM's, whatever the network namespace."""
+    script = r"""
+import errno, json, socket
+out = {}
+for name, kind in (("stream", socket.SOCK_STREAM), ("dgram", socket.SOCK_DGRAM)):
+    try:
+        s = socket.socket(40, kind)
+        s.bind((0xFFFFFFFF, 47123))
+        out[name] = "bound"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps(out))
+"""
+    with Sandbox(rootfs="host", network=network) as sb:
+        res = run_py(sb, script)
+    record(f"socket(AF_VSOCK) and bind, network={network}", "EAFNOSUPPORT", res)
+    assert res == {"stream": "EAFNOSUPPORT", "dgram": "EAFNOSUPPORT"}
+
+
+PLANT_IPC = r"""
+import ctypes, json, os, subprocess
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+shm = libc.shmget(0x5EC12E7, 1 << 20, 0o1000 | 0o600)  # IPC_CREAT
+addr = libc.shmat(shm, None, 0)
+ctypes.memmove(addr, b"the secret of episode 1", 23)
+libc.shmdt(ctypes.c_void_p(addr))  # detached: lives on by itself
+msq = libc.msgget(0x5EC12E8, 0o1000 | 0o600)
+mq = rt.mq_open(b"/secret", os.O_CREAT | os.O_RDWR, 0o600, None)
+print(json.dumps({"shm": shm, "msq": msq, "mq": mq}))
+"""
+
+LOOK_FOR_IPC = r"""
+import ctypes, errno, json, os, subprocess
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+libc = ctypes.CDLL(None, use_errno=True)
+shm = libc.shmget(0x5EC12E7, 0, 0)
+shm_err = ctypes.get_errno()
+msq = libc.msgget(0x5EC12E8, 0)
+msq_err = ctypes.get_errno()
+mq = rt.mq_open(b"/secret", os.O_RDONLY, 0, None)
+mq_err = ctypes.get_errno()
+ipcs = subprocess.run(["ipcs", "-m", "-q"], capture_output=True, text=True).stdout
+print(json.dumps({"shm": errno.errorcode.get(shm_err) if shm < 0 else "found",
+                  "msq": errno.errorcode.get(msq_err) if msq < 0 else "found",
+                  "mq": errno.errorcode.get(mq_err) if mq < 0 else "found",
+                  "ipcs_ids": [l.split()[1] for l in ipcs.splitlines() if l.startswith("0x")]}))
+"""
+
+
+def test_reset_leaves_no_ipc_object_for_the_next_episode(record):
+    """SysV shared memory and message queues and POSIX message queues of one episode were there
+    for the next after reset() (a planted secret was read; the memory stayed charged)."""
+    with Sandbox(rootfs="host") as sb:
+        planted = run_py(sb, PLANT_IPC)
+        assert min(planted.values()) >= 0, planted
+        before = run_py(sb, LOOK_FOR_IPC)
+        assert (before["shm"], before["msq"], before["mq"]) == ("found", "found", "found"), before
+        sb.reset()
+        after = run_py(sb, LOOK_FOR_IPC)
+        record("plant SysV shm + msg queue + POSIX mq, reset(), look again", "all ENOENT", after)
+        assert (after["shm"], after["msq"], after["mq"]) == ("ENOENT", "ENOENT", "ENOENT")
+        assert after["ipcs_ids"] == []
+        # and the sandbox's IPC still works in the new episode
+        assert min(run_py(sb, PLANT_IPC).values()) >= 0
+
+
+def test_a_pool_release_leaves_no_ipc_object_either(record):
+    from sandboxlite import SandboxPool
+
+    with SandboxPool(size=1, rootfs="host") as pool:
+        with pool.sandbox() as sb:
+            run_py(sb, PLANT_IPC)
+        with pool.sandbox() as sb:
+            after = run_py(sb, LOOK_FOR_IPC)
+    record("plant IPC objects, release to the pool, acquire", "all ENOENT", after)
+    assert (after["shm"], after["msq"], after["mq"]) == ("ENOENT", "ENOENT", "ENOENT")
