@@ -192,7 +192,7 @@ def test_an_empty_or_disabled_pool_falls_back_to_bwrap():
 
 @root_only
 def test_a_pool_that_cannot_make_namespaces_says_why_and_hands_out_nothing():
-    def refuse(libc, home):
+    def refuse():
         raise OSError(1, "unshare(CLONE_NEWNET): Operation not permitted")
 
     pool = netns.NetnsPool(2, make=refuse)

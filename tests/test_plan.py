@@ -152,7 +152,10 @@ def test_network_is_left_to_the_launcher_only_when_it_joins_a_namespace():
     """A root caller's launcher may join a namespace made ahead of time (netns.py): no --unshare-net then."""
     from sandboxlite.netns import NetnsPool
 
-    host = dataclasses.replace(ROOT, netns=NetnsPool(4))
+    def never() -> int:  # a plan makes no namespace: launch() is handed one
+        raise AssertionError("plan() made a namespace")
+
+    host = dataclasses.replace(ROOT, netns=NetnsPool(4, make=never))
     config = SandboxConfig()
     own = plan(config, host, PLAN, image_owner=999, netns_ready=False)
     joined = plan(config, host, PLAN, image_owner=999, netns_ready=True)

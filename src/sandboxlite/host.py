@@ -91,7 +91,7 @@ class Host:
         pool = None
         if run_as is not None:
             size = netns.pool_size(env)
-            pool = netns.NetnsPool(size) if size else None
+            pool = netns.NetnsPool(size, netns.maker(exe)) if size else None
         _raise_nofile()
         return cls(
             bwrap=info, euid=euid, run_as=run_as, cgroups=support, executor=exe, launcher=launcher,

@@ -11,10 +11,13 @@ background thread.
 
 Each namespace is private to one sandbox and used once: it is handed out as a
 descriptor, passed to exactly one launcher and closed; it contains only ``lo``
-(up).  It is owned by the host's user namespace rather than by the sandbox's,
-so even the sandbox's uid 0 holds no capability over it (it cannot add
-interfaces or change sysctls): isolation is the same as or stronger than with
-bwrap's own namespace.  Non-root callers cannot join such a namespace and keep
+(up).  It is made by the executor's ``netns`` mode in a process of its own,
+inside a user namespace of its own, and is owned by that user namespace: not by
+the host's initial one (a network namespace owned by the initial user namespace
+receives the host's device events on a NETLINK_KOBJECT_UEVENT socket; bwrap's
+own namespaces do not, and neither do these), and not by the sandbox's (even the
+sandbox's uid 0 holds no capability over it: it cannot add interfaces or change
+sysctls).  Non-root callers cannot join such a namespace and keep
 ``--unshare-net``.
 
 ``SANDBOXLITE_NETNS_POOL=N`` sets how many are kept ready (default 4; 0 turns
@@ -24,21 +27,15 @@ its namespace as before.
 
 from __future__ import annotations
 
-import ctypes
-import fcntl
+import functools
 import os
 import socket
-import struct
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .errors import ConfigError
 
-CLONE_NEWNET = 0x40000000
-_SIOCGIFFLAGS = 0x8913
-_SIOCSIFFLAGS = 0x8914
-_IFF_UP = 0x1
 DEFAULT_SIZE = 4
 
 
@@ -61,9 +58,9 @@ class NetnsPool:
     next namespace while bwrap boots, instead of competing with the start for the GIL).
     ``make`` makes one namespace (tests give one that fails)."""
 
-    def __init__(self, size: int, make=None) -> None:
+    def __init__(self, size: int, make: Callable[[], int]) -> None:
         self.size = size
-        self._make = make or _make
+        self._make = make
         self._ready: list[int] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -109,17 +106,11 @@ class NetnsPool:
         self._cond.notify_all()
 
     def _refill(self) -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            self._stop(f"cannot open this thread's network namespace: {e}")
-            return
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: len(self._ready) < self.size)
             try:
-                fd = self._make(libc, home)
+                fd = self._make()
             except OSError as e:
                 self._stop(str(e))
                 return
@@ -146,23 +137,39 @@ class NetnsPool:
         self._thread = None
 
 
-def _make(libc: ctypes.CDLL, home: int) -> int:
-    """Make a namespace with ``lo`` up on this thread, return its descriptor, come back home."""
-    if libc.unshare(CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}")
+def maker(executor: str) -> Callable[[], int]:
+    """``make`` for a NetnsPool: runs ``executor netns`` once per namespace."""
+    return functools.partial(make_in_own_userns, executor)
+
+
+def make_in_own_userns(executor: str) -> int:
+    """A fresh network namespace with ``lo`` up, owned by a user namespace of its own (made by the
+    executor's ``netns`` mode in a child process); returns its descriptor (close-on-exec)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
-        fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                req = struct.pack("16sH14x", b"lo", 0)
-                flags = struct.unpack("16sH14x", fcntl.ioctl(s, _SIOCGIFFLAGS, req))[1]
-                fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
-        except BaseException:
-            os.close(fd)
-            raise
+        with ours:
+            try:
+                pid = os.posix_spawn(executor, ["sandboxlite-executor", "netns"], {}, file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, theirs.fileno(), 1),
+                    (os.POSIX_SPAWN_DUP2, err_w, 2),
+                ])  # fmt: skip
+            finally:
+                theirs.close()
+                os.close(err_w)
+            _, status = os.waitpid(pid, 0)
+            ours.setblocking(False)
+            try:
+                _msg, fds, _flags, _addr = socket.recv_fds(ours, 1, 1)
+            except BlockingIOError:
+                fds = []
+            if os.waitstatus_to_exitcode(status) != 0 or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                why = os.read(err_r, 4096).decode(errors="replace").strip() or f"wait status {status}"
+                raise OSError(f"could not make a network namespace: {why}")
+            os.set_inheritable(fds[0], False)
+            return fds[0]
     finally:
-        if libc.setns(home, CLONE_NEWNET) != 0:  # never stay behind in a sandbox's namespace
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns back to the host's network namespace: {os.strerror(err)}")
-    return fd
+        os.close(err_r)

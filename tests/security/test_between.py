@@ -3,6 +3,10 @@ episode of the same one (hardening round 2)."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
+
 import pytest
 
 from sandboxlite import Limits, Sandbox
@@ -139,3 +143,46 @@ def test_a_pool_release_leaves_no_ipc_object_either(record):
             after = run_py(sb, LOOK_FOR_IPC)
     record("plant IPC objects, release to the pool, acquire", "all ENOENT", after)
     assert (after["shm"], after["msq"], after["mq"]) == ("ENOENT", "ENOENT", "ENOENT")
+
+
+UEVENT_LISTENER = r"""
+import json, socket, sys
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 15)  # NETLINK_KOBJECT_UEVENT
+s.bind((0, 1))
+s.settimeout(float(sys.argv[1]))
+print("listening", flush=True)
+try:
+    got = s.recv(8192).split(b"\0")[0].decode(errors="replace")
+except socket.timeout:
+    got = None
+print(json.dumps({"event": got}), flush=True)
+"""
+
+
+def _trigger_host_uevent() -> None:
+    with open("/sys/class/mem/null/uevent", "w") as f:  # a "change" event for /dev/null: harmless
+        f.write("change")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="namespaces made ahead of time are a root caller's (netns.py)")
+def test_a_sandbox_hears_no_host_device_events(record):
+    """A network namespace owned by the host's initial user namespace receives the host's
+    uevents: the pool's namespaces are owned by a user namespace of their own."""
+    from sandboxlite.host import default_host
+
+    pool = default_host().netns
+    assert pool is not None and pool.wait_ready(1, 10), "the netns pool is off or broken"
+    with Sandbox(rootfs="host") as sb:
+        assert sb.info["netns"] == "made ahead of time (netns pool)"
+        proc = sb.jail.spawn(["python3", "-c", UEVENT_LISTENER, "3"])
+        try:
+            ready = os.read(proc.out_r, 100)
+            assert ready == b"listening\n", ready
+            for _ in range(5):
+                _trigger_host_uevent()
+                time.sleep(0.05)
+            out = os.read(proc.out_r, 8192)
+        finally:
+            proc.close()
+    record("NETLINK_KOBJECT_UEVENT socket while the host changes /dev/null", "no event", out)
+    assert json.loads(out) == {"event": None}

@@ -75,7 +75,8 @@
  * Options: KEY=VALUE arguments (opt_specs below), all parsed and checked before
  * anything is done; an unknown key, a malformed value, a repeated single key or
  * more values than a key's limit exit EXIT_BAD_OPTION with a message.
- * "launch ..." as the first argument is the launcher mode instead (see launch).
+ * "launch ..." as the first argument is the launcher mode instead (see launch),
+ * "netns" the maker of network namespaces (see make_netns).
  *
  * The protocol block below is checked against sandboxlite/protocol.py (the one
  * source of truth) by tests/test_protocol.py: change both together.
@@ -93,12 +94,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/magic.h>
 #include <linux/openat2.h>
 #include <linux/seccomp.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -1433,8 +1436,43 @@ static int launch(int argc, char **argv) {
   return EXIT_FATAL;
 }
 
+/* Network namespace mode, for a root caller's pool of namespaces made ahead of
+ * time (sandboxlite/netns.py): "netns" with a unix socket on fd 1.  Unshares a
+ * user namespace (left without a mapping: nothing ever runs in it) and a
+ * network namespace owned by it, brings lo up, and sends the namespace's
+ * descriptor on fd 1.  A network namespace owned by the host's initial user
+ * namespace would receive the host's device events (NETLINK_KOBJECT_UEVENT);
+ * one owned by any other does not, and no sandbox holds a capability over it. */
+static int make_netns(void) {
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0) die("unshare(CLONE_NEWUSER|CLONE_NEWNET)");
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) die("socket");
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  strcpy(ifr.ifr_name, "lo");
+  if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0) die("SIOCGIFFLAGS lo");
+  ifr.ifr_flags |= IFF_UP;
+  if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0) die("SIOCSIFFLAGS lo up");
+  close(s);
+  int fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die("/proc/self/ns/net");
+  char byte = 'N';
+  struct iovec iov = {&byte, 1};
+  char cbuf[CMSG_SPACE(sizeof(int))];
+  memset(cbuf, 0, sizeof cbuf);
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  if (sendmsg(1, &msg, MSG_NOSIGNAL) != 1) die("sending the namespace");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "launch") == 0) return launch(argc, argv);
+  if (argc == 2 && strcmp(argv[1], "netns") == 0) return make_netns();
   parse_options(argc, argv); /* first: a bad option is refused before anything is done */
   /* dispositions survive execve: whatever the host ignored (Python ignores
    * SIGPIPE) must not leak into the sandbox's commands */
