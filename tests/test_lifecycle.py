@@ -253,15 +253,19 @@ def test_a_failed_start_leaves_no_process():
 
     seen = {}
 
-    def start(fault):
-        def on_phase(phase, jail):  # called right after bwrap has cloned the jail's init
-            seen["init"], seen["bwrap"] = jail.init_pid, jail.pid
-            fault(jail)
+    def start(fault, at="cloned"):
+        def on_phase(phase, jail):  # "spawned": bwrap runs; "cloned": it has cloned the jail's init
+            if phase == at:
+                seen.clear()
+                seen["init"], seen["bwrap"] = jail.init_pid, jail.pid
+                fault(jail)
 
         # the fault must land before the executor's hello; on a busy machine the jail can be faster
-        # than this process: then the start succeeds, and the attempt is made again
+        # than this process: then the start succeeds, and the attempt is made again.  The timeout
+        # leaves a loaded machine time to clone (else the start fails before the fault, for
+        # another reason than the one under test)
         for _ in range(20):
-            jail = launch.start(SandboxConfig(), default_host(), start_timeout=0.5, on_phase=on_phase)
+            jail = launch.start(SandboxConfig(), default_host(), start_timeout=2.0, on_phase=on_phase)
             jail.teardown()
         pytest.fail("the jail said hello before the fault, 20 times")
 
@@ -279,6 +283,27 @@ def test_a_failed_start_leaves_no_process():
     # 2. bwrap itself is killed during setup and the init hangs: same
     with pytest.raises(SandboxError):
         start(lambda jail: (os.kill(jail.init_pid, sig.SIGSTOP), os.kill(jail.pid, sig.SIGKILL)))
+    assert gone(seen["init"]) and gone(seen["bwrap"])
+
+    # 3. bwrap hangs after it cloned the init, before we learned the init's pid: the start times
+    # out, and the init (half set up, stopped) must not outlive bwrap
+    def hang_before_the_pid_is_known(jail):
+        children = f"/proc/{jail.pid}/task/{jail.pid}/children"
+        deadline = time.monotonic() + 5
+        while not open(children).read().split() and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        init = int(open(children).read().split()[0])
+        os.kill(init, sig.SIGSTOP)
+        os.kill(jail.pid, sig.SIGSTOP)
+        seen["init"] = init
+        os.set_blocking(jail._info_r, False)  # what bwrap said of its child: we never read it
+        try:
+            os.read(jail._info_r, 4096)
+        except BlockingIOError:
+            pass
+
+    with pytest.raises(SandboxError):
+        start(hang_before_the_pid_is_known, at="spawned")
     assert gone(seen["init"]) and gone(seen["bwrap"])
 
 

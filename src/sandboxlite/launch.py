@@ -52,7 +52,10 @@ PHASES = ("begin", "planned", "cgroup", "wired", "spawned", "cloned", "attached"
 
 def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIMEOUT_S,
           on_phase: Callable[[str, "Jail"], None] | None = None) -> "Jail":  # fmt: skip
-    """Plan and launch a jail for ``config`` on ``host``."""
+    """Plan and launch a jail for ``config`` on ``host``.
+
+    ``on_phase(phase, jail)`` is called at "spawned" (bwrap runs) and "cloned" (bwrap said which
+    pid the jail's init has): for tests that break a start half-way."""
     t0 = time.perf_counter()
     root = rootfs_mod.resolve(config.rootfs)
     preflight(config, root, host)
@@ -149,6 +152,8 @@ def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, start_timeout:
         if net_fd is not None and host.netns is not None:
             host.netns.refill()  # the next namespace is made while bwrap boots
         jail._pidfd = os.pidfd_open(jail.pid)
+        if on_phase is not None:
+            on_phase("spawned", jail)
     except BaseException:
         jail.teardown()
         raise
@@ -319,11 +324,9 @@ class Jail:
         if self.pid is not None and self.status is None:
             if self._pidfd is None or not _wait_readable(self._pidfd, 2.0):  # a wedged jail: kill it outright
                 self._kill_init()
-                try:
-                    os.kill(self.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            _, self.status = os.waitpid(self.pid, 0)
+                self._kill_bwrap()
+            if self.status is None:
+                _, self.status = os.waitpid(self.pid, 0)
             # bwrap waits for its child, except when it died early: then the child may be
             # stuck half-way through its setup, and must not outlive us
             if self._init_pidfd is not None and not _wait_readable(self._init_pidfd, 0):
@@ -342,6 +345,30 @@ class Jail:
         try:
             self.teardown()
         except Exception:
+            pass
+
+    def _kill_bwrap(self) -> None:
+        """SIGKILL bwrap, and first the children it has: a jail's init whose pid we never learned
+        (the start timed out before bwrap said it) would outlive bwrap, re-parented, half set up."""
+        assert self.pid is not None
+        try:
+            os.kill(self.pid, signal.SIGSTOP)  # it clones nothing more while we look
+            pid, status = os.waitpid(self.pid, os.WUNTRACED)
+            if pid and not os.WIFSTOPPED(status):
+                self.status = status  # it ended on its own meanwhile
+                return
+            with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
+                children = [int(c) for c in f.read().split()]
+        except (ProcessLookupError, ChildProcessError, FileNotFoundError):
+            children = []
+        for child in children:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
             pass
 
     def _kill_init(self) -> None:
