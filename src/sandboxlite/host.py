@@ -64,6 +64,7 @@ class Host:
     dev: str | None = None
     dev_reason: str = "not detected"
     seccomp: bytes = b""
+    seccomp_no_memfd: bytes = b""  # the filter for sandboxes without a memory cgroup (seccomp.py)
     netns: netns.NetnsPool | None = field(default=None, repr=False)
     cgroup_allocator: cgroups.Allocator | None = field(default=None, repr=False)
     # this Host's own descriptors (``dataclasses.replace`` gives a copy fresh ones)
@@ -96,6 +97,7 @@ class Host:
         return cls(
             bwrap=info, euid=euid, run_as=run_as, cgroups=support, executor=exe, launcher=launcher,
             dev=dev if run_as is not None else None, dev_reason=dev_reason, seccomp=seccomp.filter_bytes(),
+            seccomp_no_memfd=seccomp.filter_bytes(memfd=False),
             netns=pool, cgroup_allocator=cgroups.Allocator(support) if support.kind else None,
         )  # fmt: skip
 

@@ -118,7 +118,7 @@ def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, start_timeout:
         sec_r, sec_w = os.pipe2(os.O_CLOEXEC)
         ours.append(sec_r)
         try:
-            os.write(sec_w, host.seccomp)  # far below the 64 KiB pipe buffer
+            os.write(sec_w, host.seccomp if p.memfd else host.seccomp_no_memfd)  # far below the 64 KiB pipe buffer
         finally:
             os.close(sec_w)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)

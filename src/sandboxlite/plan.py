@@ -76,6 +76,7 @@ class JailPlan:
     dev: str | None
     dev_reason: str
     netns: str  # "host" (network="host"), "pooled" (made ahead of time) or "bwrap"
+    memfd: bool = True  # memfd_create and shmget offered (only where a memory cgroup counts them: seccomp.py)
 
     def spawn_argv(self, tasks_files: tuple[str, ...] | list[str] = ()) -> list[str]:
         """The argv to spawn ``program`` with (``tasks_files``: cgroup v1 groups the launcher joins)."""
@@ -134,6 +135,7 @@ def plan(
         config=config, rootfs=rootfs, argv=tuple(argv), program=program, launcher=launcher,
         run_as=host.run_as, fds=tuple(fds), generation=tuple(gen), rlimits=tuple(rlimits), cgroup=cg,
         copy_on_write=lower is not None, cow_reason=cow_reason, dev=dev, dev_reason=dev_reason, netns=net,
+        memfd=cg.mode != "off" or config.limits.memory_mb is None,
     )  # fmt: skip
 
 

@@ -88,6 +88,7 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "fanotify_init",
     "vhangup",
     "nfsservctl",
+    "memfd_secret",  # memory locked away from everyone, the kernel's own page tables included
 )
 
 # Denied with ENOSYS (see above).
@@ -124,9 +125,16 @@ def _import():
     return pyseccomp
 
 
-@functools.lru_cache(maxsize=1)
-def filter_bytes() -> bytes:
-    """The compiled BPF program (cached; building it takes a few milliseconds)."""
+# Denied (ENOSYS, as on a kernel without them) only where no memory cgroup counts what they
+# hold: the pages of a memfd or of a detached SysV segment are in no process's address space, so
+# RLIMIT_AS does not see them (programs fall back to files in /dev/shm or /tmp, size-capped).
+UNCOUNTED_MEMORY_SYSCALLS: tuple[str, ...] = ("memfd_create", "shmget")
+
+
+@functools.lru_cache(maxsize=2)
+def filter_bytes(memfd: bool = True) -> bytes:
+    """The compiled BPF program (cached; building it takes a few milliseconds).
+    ``memfd=False``: also UNCOUNTED_MEMORY_SYSCALLS get ENOSYS (for sandboxes without a memory cgroup)."""
     sc = _import()
     f = sc.SyscallFilter(defaction=sc.ALLOW)
     eperm = sc.ERRNO(errno.EPERM)
@@ -135,7 +143,7 @@ def filter_bytes() -> bytes:
             f.add_rule(eperm, name)
         except (ValueError, OSError):  # not on this architecture
             continue
-    for name in NOSYS_SYSCALLS:
+    for name in NOSYS_SYSCALLS + (() if memfd else UNCOUNTED_MEMORY_SYSCALLS):
         f.add_rule(sc.ERRNO(errno.ENOSYS), name)
     for flag in CLONE_NS_FLAGS.values():
         f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))

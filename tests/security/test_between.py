@@ -186,3 +186,34 @@ def test_a_sandbox_hears_no_host_device_events(record):
             proc.close()
     record("NETLINK_KOBJECT_UEVENT socket while the host changes /dev/null", "no event", out)
     assert json.loads(out) == {"event": None}
+
+
+MEMFD = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+try:
+    fd = os.memfd_create("x")
+    os.ftruncate(fd, 1 << 20)
+    out["memfd"] = "ok"
+except OSError as e:
+    out["memfd"] = errno.errorcode[e.errno]
+r = libc.shmget(0, 1 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+out["shmget"] = "ok" if r >= 0 else errno.errorcode[ctypes.get_errno()]
+print(json.dumps(out))
+"""
+
+
+def test_uncounted_memory_is_offered_only_where_a_cgroup_counts_it(record):
+    """The pages of a memfd or a detached SysV segment are in no address space: with cgroups off
+    RLIMIT_AS missed them (5 GiB held under a 1 GiB limit)."""
+    with Sandbox(rootfs="host", cgroups="off") as sb:
+        off = run_py(sb, MEMFD)
+    with Sandbox(rootfs="host", cgroups="required") as sb:
+        on = run_py(sb, MEMFD)
+    with Sandbox(rootfs="host", cgroups="off", limits=Limits(memory_mb=None)) as sb:
+        unlimited = run_py(sb, MEMFD)  # no limit to get around
+    record("memfd_create, shmget: cgroups off / on / off without a memory limit", "ENOSYS / ok / ok",
+           (off, on, unlimited))  # fmt: skip
+    assert off == {"memfd": "ENOSYS", "shmget": "ENOSYS"}
+    assert on == unlimited == {"memfd": "ok", "shmget": "ok"}
