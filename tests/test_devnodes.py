@@ -113,7 +113,8 @@ def test_each_generation_gets_fresh_ptys_and_the_image_root_works_too():
         assert run_check(sb)["pty"] == "/dev/pts/0"
         # mount tables name no host path for /dev: the directory is on devtmpfs
         line = [ln for ln in sb.exec("cat /proc/self/mountinfo").stdout.decode().splitlines() if " /dev " in ln]
-        assert len(line) == 1 and line[0].split()[3] == "/" + os.path.basename(devnodes.DIR)
+        assert len(line) == 1 and line[0].split()[3] == "/" + os.path.basename(sb.jail.plan.dev)
+        assert sb.jail.plan.dev == devnodes.DIR_PREFIX + str(sb.info["host_uid"])  # the sandbox's own
         assert " - devtmpfs " in line[0] and " ro," in line[0]
 
 

@@ -205,3 +205,36 @@ def test_a_root_caller_without_the_launcher_is_refused():
     broken = Host(bwrap=INFO, euid=0, run_as=(999, 998))
     with pytest.raises(SetupError, match="launcher"):
         jail(host=broken)
+
+
+def test_a_sandbox_of_its_own_uid_gets_its_image_idmapped_and_its_own_dev():
+    """slots.py / idmap.py: the jail runs as the slot's uid; the image (owned by run_as) is a tree
+    the launcher attaches at the stage directory, which bwrap binds as the overlay's lower layer."""
+    from sandboxlite.plan import LOWER_FD, Slot
+
+    host = dataclasses.replace(ROOT, stage="/cache/stage")
+    slot = Slot(uid=1879048200, gid=998, dev="/dev/.sandboxlite-u1879048200", idmapped=True)
+    p = plan(SandboxConfig(), host, PLAN, image_owner=999, slot=slot)
+    assert p.run_as == (1879048200, 998) and p.idmapped and p.copy_on_write and p.cow_reason == ""
+    assert ("lower", LOWER_FD) in p.fds
+    a = list(p.argv)
+    assert ["--ro-bind", "/cache/stage", "/.sl/lower"] == a[a.index("/.sl/lower") - 2 : a.index("/.sl/lower") + 1]
+    assert "/img" not in a  # bwrap never binds the image itself
+    assert pairs(a, "--dev-bind") == ["/dev/.sandboxlite-u1879048200"]
+    spawn = p.spawn_argv(["/cg/tasks"])
+    assert spawn[:4] == ["sandboxlite-launcher", "-m", str(LOWER_FD), "/cache/stage"]  # before anything else
+    assert spawn[4:6] == ["-t", "/cg/tasks"] and spawn[6:8] == ["1879048200", "998"]
+
+
+def test_an_image_of_another_owner_is_not_idmapped_and_has_no_copy_on_write():
+    from sandboxlite.plan import Slot
+
+    host = dataclasses.replace(ROOT, stage="/cache/stage")
+    slot = Slot(uid=1879048200, gid=998, dev=None, idmapped=True)
+    p = plan(SandboxConfig(), host, PLAN, image_owner=1234, slot=slot)
+    assert not p.idmapped and not p.copy_on_write and "owned by uid 1234" in p.cow_reason
+    assert "-m" not in p.spawn_argv() and p.run_as == (1879048200, 998)
+    assert pairs(list(p.argv), "--ro-bind")[:2] == ["/img/usr", "/img/etc"]
+    # without a slot (uids shared, SANDBOXLITE_UID_RANGE=off): as before, run_as owns the image
+    shared = plan(SandboxConfig(), host, PLAN, image_owner=999)
+    assert shared.run_as == (999, 998) and shared.copy_on_write and not shared.idmapped

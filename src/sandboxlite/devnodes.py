@@ -29,6 +29,10 @@ from collections.abc import Mapping
 from .errors import ConfigError
 
 DIR = "/dev/.sandboxlite-1"
+# a root caller's sandboxes that each run as a uid of their own (slots.py) get a directory of
+# their own too, DIR_PREFIX + uid: the same nodes, but inodes of their own (inotify on a shared
+# /dev/null would show one sandbox another's use of it)
+DIR_PREFIX = "/dev/.sandboxlite-u"
 
 # name -> (major, minor): the nodes bwrap's --dev provides
 NODES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}

@@ -124,8 +124,9 @@ def check_identity() -> Check:
     except KeyError:
         dedicated = False
     detail = (
-        f"caller is root: sandboxes run as host uid {ids[0]}, gid {ids[1]} (never host root); "
-        "mount sources must be reachable by that uid"
+        f"caller is root: images are owned by host uid {ids[0]}; sandboxes run as gid {ids[1]} and "
+        "that uid, or each as a uid of its own (see 'own uids'), never as host root; mount sources "
+        "must be reachable by them (group or others)"
     )
     if not dedicated and not os.environ.get("SANDBOXLITE_UID"):
         return Check(
@@ -185,6 +186,42 @@ def check_fast_start() -> Check:
     return Check("fast start", "ok", f"ready-made /dev ({host.dev}); {pool.size} network namespaces kept ready")
 
 
+SHARED_BUDGETS = "inotify instances, pending signals, POSIX message-queue bytes, pipe buffers, the process count"
+
+
+def check_uids() -> Check:
+    """Between sandboxes: does each live sandbox get a host uid of its own (slots.py)?"""
+    if os.geteuid() != 0:
+        return Check(
+            "own uids", "warn",
+            f"not root: all your sandboxes run as your uid, so the kernel's per-uid budgets ({SHARED_BUDGETS}) "
+            "are shared among them: one that uses up a budget can break the others",
+            "run as root (each live sandbox then gets a uid of its own) if untrusted sandboxes run side by side",
+        )  # fmt: skip
+    try:
+        host = default_host()
+    except SandboxError as e:
+        return Check("own uids", "fail", e.message, e.hint or "")
+    if host.uids is None:
+        return Check("own uids", "warn", f"{host.uids_reason}: the kernel's per-uid budgets ({SHARED_BUDGETS}) "
+                     "are shared by all sandboxes", "unset SANDBOXLITE_UID / SANDBOXLITE_UID_RANGE")  # fmt: skip
+    try:
+        image = rootfs.resolve("auto")
+    except SandboxError:
+        image = None
+    if image is not None and image.kind == "dir" and os.stat(image.path).st_uid == host.uid and host.idmap:
+        lease = host.uids.lease()
+        try:
+            os.close(host.idmap.tree(image.path, (lease.uid, host.run_as[1])))  # type: ignore[index]
+        except OSError as e:
+            return Check("own uids", "warn", f"{host.uids_reason}, but the image {image.name} cannot be idmapped "
+                         f"({e}): its sandboxes share uid {host.uid}",
+                         "keep images on a filesystem with idmapped mounts (ext4, xfs, btrfs, tmpfs; Linux >= 5.12)")  # fmt: skip
+        finally:
+            lease.release()
+    return Check("own uids", "ok", f"{host.uids_reason} (the image is idmapped to each)")
+
+
 def check_sandbox() -> Check:
     from .sandbox import Sandbox
 
@@ -216,6 +253,7 @@ def run_checks() -> list[Check]:
         check_executor(),
         check_rootfs(),
         check_fast_start(),
+        check_uids(),
     ]
     if all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())

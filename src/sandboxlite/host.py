@@ -25,8 +25,9 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import cgroups, devnodes, executor, identity, netns, seccomp
+from . import cgroups, devnodes, executor, identity, netns, paths, seccomp, slots
 from .bwrap import BwrapInfo, find_bwrap
+from .idmap import IdmapCache
 
 # The environment variables a Host is detected from.
 ENV_KEYS = (
@@ -34,15 +35,16 @@ ENV_KEYS = (
     "PATH",
     "SANDBOXLITE_UID",
     "SANDBOXLITE_GID",
+    "SANDBOXLITE_UID_RANGE",
     "SANDBOXLITE_CGROUP_PARENT",
     "SANDBOXLITE_NETNS_POOL",
     "SANDBOXLITE_DEV",
     "SANDBOXLITE_HOME",
     "CC",
 )
-# A spawn dup2s its descriptors onto 0..7 in the child (see plan.py): every source descriptor
+# A spawn dup2s its descriptors onto 0..8 in the child (see plan.py): every source descriptor
 # must be at or above this, so that no dup2 overwrites a source a later one still needs.
-HIGH_FD = 8
+HIGH_FD = 9
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,6 +55,9 @@ class Host:
     ``launcher``: (program, argv prefix) that drops a root caller to ``run_as`` and runs bwrap.
     ``dev``: a ready-made /dev directory (root callers), else None and ``dev_reason`` says why.
     ``netns``: network namespaces made ahead of time (root callers), else None.
+    ``uids``: a root caller's uid range, one uid per live sandbox (slots.py), else None and
+    ``uids_reason`` says why; ``idmap``: the idmapped views of images for those uids (idmap.py);
+    ``stage``: the directory the launcher attaches an idmapped image at, in its own namespace.
     """
 
     bwrap: BwrapInfo
@@ -67,6 +72,10 @@ class Host:
     seccomp_no_memfd: bytes = b""  # the filter for sandboxes without a memory cgroup (seccomp.py)
     netns: netns.NetnsPool | None = field(default=None, repr=False)
     cgroup_allocator: cgroups.Allocator | None = field(default=None, repr=False)
+    uids: slots.UidPool | None = field(default=None, repr=False)
+    uids_reason: str = "not a root caller: sandboxes run as the caller"
+    idmap: IdmapCache | None = field(default=None, repr=False)
+    stage: str = ""
     # this Host's own descriptors (``dataclasses.replace`` gives a copy fresh ones)
     _fds: dict = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -93,18 +102,35 @@ class Host:
         if run_as is not None:
             size = netns.pool_size(env)
             pool = netns.NetnsPool(size, netns.maker(exe)) if size else None
+        uids, uids_reason, idmap, stage = _uid_slots(env, run_as, exe)
         _raise_nofile()
         return cls(
             bwrap=info, euid=euid, run_as=run_as, cgroups=support, executor=exe, launcher=launcher,
             dev=dev if run_as is not None else None, dev_reason=dev_reason, seccomp=seccomp.filter_bytes(),
             seccomp_no_memfd=seccomp.filter_bytes(memfd=False),
             netns=pool, cgroup_allocator=cgroups.Allocator(support) if support.kind else None,
+            uids=uids, uids_reason=uids_reason, idmap=idmap, stage=stage,
         )  # fmt: skip
 
     @property
     def uid(self) -> int:
-        """The host uid the jails run as."""
+        """The host uid images are owned by: the jails run as this uid, or (``uids``) as one of a range
+        with their image idmapped to it."""
         return self.run_as[0] if self.run_as is not None else self.euid
+
+    def dev_for(self, uid: int) -> str | None:
+        """The ready-made /dev of sandboxes running as ``uid`` (its nodes are its own: another
+        sandbox's use of /dev/null cannot be watched), made and checked once; None: bwrap's --dev."""
+        if self.dev is None:
+            return None
+        path = f"{devnodes.DIR_PREFIX}{uid}"
+        with self._lock:
+            if path in self._fds.setdefault("devs", set()):
+                return path
+            got, _why = devnodes.prepare({}, 0, path)
+            if got is not None:
+                self._fds["devs"].add(path)
+            return got
 
     def executor_fd(self) -> int:
         """A read-only descriptor of the executor binary (bwrap runs it as /proc/self/fd/N)."""
@@ -113,6 +139,27 @@ class Host:
             if fd is None:
                 fd = self._fds["executor"] = move_high(os.open(self.executor, os.O_RDONLY | os.O_CLOEXEC))
             return fd
+
+
+def _uid_slots(env: Mapping[str, str], run_as: tuple[int, int] | None, exe: str):
+    """(uid pool, why not, idmap cache, stage directory) of a root caller."""
+    if run_as is None:
+        return None, "not a root caller: sandboxes run as the caller", None, ""
+    if env.get("SANDBOXLITE_UID") and not env.get("SANDBOXLITE_UID_RANGE"):
+        return None, f"SANDBOXLITE_UID={env['SANDBOXLITE_UID']}: every sandbox runs as that uid", None, ""
+    import pwd
+
+    try:
+        user = pwd.getpwuid(run_as[0]).pw_name
+    except KeyError:
+        user = None
+    rng = slots.uid_range(env, user)
+    if rng is None:
+        return None, "SANDBOXLITE_UID_RANGE=off: every sandbox runs as the same uid", None, ""
+    home = paths.home()
+    stage = paths.ensure_dir(home / "stage")
+    pool = slots.UidPool(rng[0], rng[1], home / "locks" / "uid")
+    return pool, f"uids {rng[0]}..{rng[0] + rng[1] - 1}, one per live sandbox", IdmapCache(exe, run_as), str(stage)
 
 
 def move_high(fd: int) -> int:

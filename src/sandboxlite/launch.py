@@ -29,7 +29,7 @@ from .config import SandboxConfig, base_env, check_env_pair, resolve_path
 from .errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, SetupError, file_error
 from .host import HIGH_FD, Host, move_high
 from .identity import unreachable
-from .plan import JailPlan, netns_wanted, plan
+from .plan import JailPlan, Slot, netns_wanted, plan
 from .protocol import MAX_REQUEST_PAYLOAD, SP_STATUS, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, mkdir_payload, \
     open_payload, spawn_payload, symlink_payload  # fmt: skip
 
@@ -58,33 +58,60 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
     pid the jail's init has): for tests that break a start half-way."""
     t0 = time.perf_counter()
     root = rootfs_mod.resolve(config.rootfs)
-    preflight(config, root, host)
     owner = os.stat(root.path).st_uid if root.kind == "dir" else None
-    pool = host.netns if netns_wanted(config, host) else None
-    net_fd = pool.take() if pool is not None else None
+    lease = host.uids.lease() if host.uids is not None else None
+    tree_fd = None
+    pool = net_fd = None
+    uid_note = host.uids_reason if lease is None else ""
     try:
-        p = plan(config, host, root, image_owner=owner, netns_ready=net_fd is not None)
-        return launch(p, host, net_fd=net_fd, start_timeout=start_timeout, on_phase=on_phase, t0=t0)
+        slot = None
+        if lease is not None:
+            assert host.run_as is not None
+            idmapped = False
+            if root.kind == "dir" and owner == host.uid and host.idmap is not None:
+                try:
+                    tree_fd = host.idmap.tree(root.path, (lease.uid, host.run_as[1]))
+                    idmapped = True
+                except OSError as e:  # not on this filesystem or kernel: the shared uid, said so
+                    lease.release()
+                    lease = None
+                    uid_note = f"the image cannot be idmapped ({e}): this sandbox shares uid {host.uid} with others"
+            if lease is not None:
+                slot = Slot(lease.uid, host.run_as[1], host.dev_for(lease.uid), idmapped)
+        preflight(config, root, host, slot)
+        pool = host.netns if netns_wanted(config, host) else None
+        net_fd = pool.take() if pool is not None else None
+        p = plan(config, host, root, image_owner=owner, netns_ready=net_fd is not None, slot=slot)
+        jail = launch(p, host, net_fd=net_fd, lower_fd=tree_fd, start_timeout=start_timeout, on_phase=on_phase,
+                      t0=t0, lease=lease)  # fmt: skip
+        lease = None  # the jail gives it back when it is torn down
+        jail.uid_note = uid_note
+        return jail
     finally:
-        if net_fd is not None:
-            os.close(net_fd)  # the launcher holds it now: used by this sandbox only
+        if lease is not None:
+            lease.release()
+        for fd in (net_fd, tree_fd):
+            if fd is not None:
+                os.close(fd)  # the launcher holds them now: used by this sandbox only
         if pool is not None:
             pool.refill()  # (launch() woke it already unless it failed before the spawn)
 
 
-def preflight(config: SandboxConfig, root: rootfs_mod.RootfsPlan, host: Host) -> None:
+def preflight(config: SandboxConfig, root: rootfs_mod.RootfsPlan, host: Host, slot: Slot | None = None) -> None:
     """What must hold before anything is opened: mount sources exist and the jails' uid reaches them."""
     for m in config.mounts:
         if not os.path.exists(m.src):
             raise ConfigError("mounts", f"host path {m.src} does not exist (for {m.dst})")
     if host.run_as is None:
         return
-    uid, gid = host.run_as
-    why = unreachable(root.path, uid, gid, write=False) if root.kind == "dir" else None
+    uid, gid = (slot.uid, slot.gid) if slot is not None else host.run_as
+    # an idmapped image is seen through its owner's permissions (the run_as user's)
+    check = host.run_as[0] if slot is not None and slot.idmapped else uid
+    why = unreachable(root.path, check, gid, write=False) if root.kind == "dir" else None
     if why:
         raise RootfsError(
             f"{why}: as root, sandboxes run as the unprivileged host uid {uid}",
-            hint=f"give the image to that user (sandboxlite rootfs import, or chown -R {uid}), "
+            hint=f"give the image to uid {host.uid} (sandboxlite rootfs import, or sandboxlite rootfs chown NAME), "
             "or pick the uid with SANDBOXLITE_UID",
         )
     for m in config.mounts:
@@ -93,19 +120,25 @@ def preflight(config: SandboxConfig, root: rootfs_mod.RootfsPlan, host: Host) ->
             raise ConfigError(
                 "mounts",
                 f"{why}: as root, sandboxes run as the unprivileged host uid {uid}",
-                hint=f"make it reachable (chmod o+rx{'w' if m.rw else ''}, or chown {uid}), "
-                "pick the uid with SANDBOXLITE_UID, or copy files in with Sandbox.upload()",
+                hint=(f"make it reachable by group {gid} (chgrp {gid}; chmod g+rx{'w' if m.rw else ''}) or by "
+                      f"others (chmod o+rx{'w' if m.rw else ''})" if slot is not None else
+                      f"make it reachable (chmod o+rx{'w' if m.rw else ''}, or chown {uid})")
+                + ", or copy files in with Sandbox.upload()",
             )
 
 
-def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, start_timeout: float = START_TIMEOUT_S,
-           on_phase: Callable[[str, "Jail"], None] | None = None, t0: float | None = None) -> "Jail":  # fmt: skip
-    """Spawn the jail ``p`` describes and wait for its executor's hello."""
+def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, lower_fd: int | None = None,
+           start_timeout: float = START_TIMEOUT_S, on_phase: Callable[[str, "Jail"], None] | None = None,
+           t0: float | None = None, lease=None) -> "Jail":  # fmt: skip
+    """Spawn the jail ``p`` describes and wait for its executor's hello.  ``lease``: the uid lease
+    the jail runs under (given back when it is torn down, also when this fails)."""
     jail = Jail(p)
+    jail._lease = lease
     jail.timings["begin"] = time.perf_counter() if t0 is None else t0
     jail.timings["planned"] = time.perf_counter()
-    if (p.netns == "pooled") != (net_fd is not None):
-        raise SetupError("the plan and the network namespace handed to launch() disagree")
+    if (p.netns == "pooled") != (net_fd is not None) or p.idmapped != (lower_fd is not None):
+        jail.teardown()
+        raise SetupError("the plan and the descriptors handed to launch() disagree")
     if p.cgroup.mode == "launcher":
         jail.cgroup = _new_cgroup(p, host)
     jail.timings["cgroup"] = time.perf_counter()
@@ -127,14 +160,16 @@ def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, start_timeout:
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         jail._info_r = info_r
         ours.append(info_w)
-        if net_fd is not None and net_fd < HIGH_FD:
-            ours.append(fcntl.fcntl(net_fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD))
-        # all of ours sit above the jail's numbers (0..7), so the dup2s below never collide
+        # all of ours sit above the jail's numbers (0..8), so the dup2s below never collide
         for i, fd in enumerate(ours):
             ours[i] = move_high(fd)
         by_role = {"ctrl": ours[0], "seccomp": ours[1], "info": ours[3], "executor": host.executor_fd()}
-        if net_fd is not None:
-            by_role["netns"] = ours[4] if net_fd < HIGH_FD else net_fd
+        for role, fd in (("netns", net_fd), ("lower", lower_fd)):  # the caller's: copied when low
+            if fd is not None:
+                if fd < HIGH_FD:
+                    fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+                    ours.append(fd)
+                by_role[role] = fd
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
             (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
@@ -228,6 +263,8 @@ class Jail:
         self._init_pidfd: int | None = None
         self._err_r: int | None = None
         self._info_r: int | None = None
+        self._lease = None  # the host uid lease (slots.py), given back once nothing runs as it
+        self.uid_note = ""  # why this jail shares its host uid with others (when it does)
         self.closed = False
 
     # -- boot --------------------------------------------------------------------------------
@@ -339,6 +376,9 @@ class Jail:
         if self.cgroup is not None:
             self.cgroup.destroy()
             self.cgroup = None
+        if self._lease is not None and (self.pid is None or self.status is not None):
+            self._lease.release()  # bwrap is reaped: with the PID namespace, all of the jail is gone
+            self._lease = None
 
     def __del__(self) -> None:
         # dropped without teardown() (a caller of launch() that lost it): nothing may outlive it

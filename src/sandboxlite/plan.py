@@ -33,7 +33,19 @@ NAMESPACE_FLAGS = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshar
 
 # The descriptor numbers bwrap (and the executor) get, whatever they are in this process:
 # launch.py dup2s each of ours onto these (ours are all >= host.HIGH_FD, so none collide).
-EXECUTOR_FD, SECCOMP_FD, INFO_FD, NETNS_FD = 4, 5, 6, 7  # CTRL_FD (3) is the protocol's
+# LOWER_FD: the idmapped image's detached tree, for the launcher (which closes it).
+EXECUTOR_FD, SECCOMP_FD, INFO_FD, NETNS_FD, LOWER_FD = 4, 5, 6, 7, 8  # CTRL_FD (3) is the protocol's
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What a root caller's sandbox gets of its own (slots.py): the host uid it runs as, the
+    ready-made /dev made for that uid, and whether its image comes idmapped to it (idmap.py)."""
+
+    uid: int
+    gid: int
+    dev: str | None
+    idmapped: bool
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,8 @@ class JailPlan:
     dev: str | None
     dev_reason: str
     netns: str  # "host" (network="host"), "pooled" (made ahead of time) or "bwrap"
+    idmapped: bool = False  # the image comes as a tree the launcher attaches at ``stage``
+    stage: str = ""
     memfd: bool = True  # memfd_create and shmget offered (only where a memory cgroup counts them: seccomp.py)
 
     def spawn_argv(self, tasks_files: tuple[str, ...] | list[str] = ()) -> list[str]:
@@ -83,9 +97,10 @@ class JailPlan:
         if not self.launcher:
             return list(self.argv)
         assert self.run_as is not None
+        tree = ["-m", str(LOWER_FD), self.stage] if self.idmapped else []
         joins = [x for f in tasks_files for x in ("-t", f)]
         net = ["-n", str(NETNS_FD)] if self.netns == "pooled" else []
-        return [*self.launcher, *joins, *net, str(self.run_as[0]), str(self.run_as[1]), *self.argv]
+        return [*self.launcher, *tree, *joins, *net, str(self.run_as[0]), str(self.run_as[1]), *self.argv]
 
 
 def netns_wanted(config: SandboxConfig, host: Host) -> bool:
@@ -100,16 +115,21 @@ def plan(
     *,
     image_owner: int | None = None,
     netns_ready: bool = False,
+    slot: Slot | None = None,
 ) -> JailPlan:
     """Decide the jail for ``config`` on ``host`` over ``rootfs``.
 
     ``image_owner``: the uid owning the image directory (a copy-on-write root needs it to be
-    the jails' uid).  ``netns_ready``: a namespace made ahead of time was taken for this jail.
-    Raises SetupError when ``config`` asks for what the host cannot give (cgroups="required").
+    the jails' uid, or idmapped to it).  ``netns_ready``: a namespace made ahead of time was
+    taken for this jail.  ``slot``: a root caller's sandbox's own uid (else it runs as
+    ``host.run_as``).  Raises SetupError when ``config`` asks for what the host cannot give
+    (cgroups="required").
     """
     cg = _cgroup_plan(config, host)
-    lower, cow_reason = _copy_on_write(rootfs, host, image_owner)
-    dev = host.dev if host.run_as is not None else None
+    run_as = (slot.uid, slot.gid) if slot is not None else host.run_as
+    idmapped = slot is not None and slot.idmapped and rootfs.kind == "dir" and image_owner == host.uid
+    lower, cow_reason = (host.stage, "") if idmapped else _copy_on_write(rootfs, host, image_owner, run_as)
+    dev = (slot.dev if slot is not None else host.dev) if host.run_as is not None else None
     dev_reason = "" if dev else (host.dev_reason or "bwrap's --dev is used")
     if config.network == "host":
         net = "host"
@@ -124,6 +144,8 @@ def plan(
     fds = [("ctrl", CTRL_FD), ("executor", EXECUTOR_FD), ("seccomp", SECCOMP_FD), ("info", INFO_FD)]
     if net == "pooled":
         fds.append(("netns", NETNS_FD))
+    if idmapped:
+        fds.append(("lower", LOWER_FD))
     if host.run_as is not None:
         if host.launcher is None:
             raise SetupError("a root caller needs the launcher (it drops to an unprivileged uid)",
@@ -133,8 +155,9 @@ def plan(
         program, launcher = host.bwrap.path, ()
     return JailPlan(
         config=config, rootfs=rootfs, argv=tuple(argv), program=program, launcher=launcher,
-        run_as=host.run_as, fds=tuple(fds), generation=tuple(gen), rlimits=tuple(rlimits), cgroup=cg,
+        run_as=run_as, fds=tuple(fds), generation=tuple(gen), rlimits=tuple(rlimits), cgroup=cg,
         copy_on_write=lower is not None, cow_reason=cow_reason, dev=dev, dev_reason=dev_reason, netns=net,
+        idmapped=idmapped, stage=host.stage if idmapped else "",
         memfd=cg.mode != "off" or config.limits.memory_mb is None,
     )  # fmt: skip
 
@@ -156,15 +179,17 @@ def _cgroup_plan(config: SandboxConfig, host: Host) -> CgroupPlan:
     return CgroupPlan("attach", support.kind, mem, lim.pids, f"cgroup {support.kind}: the jail's init is moved in")
 
 
-def _copy_on_write(rootfs: RootfsPlan, host: Host, owner: int | None) -> tuple[str | None, str]:
+def _copy_on_write(rootfs: RootfsPlan, host: Host, owner: int | None,
+                   run_as: tuple[int, int] | None) -> tuple[str | None, str]:  # fmt: skip
     """The image to put a copy-on-write overlay over (or None), and why not."""
     if rootfs.kind != "dir":
         return None, "rootfs 'host' has no copy-on-write layer: only /tmp, /testbed and /root are writable"
-    if owner != host.uid:
+    uid = run_as[0] if run_as is not None else host.euid
+    if owner != uid:
         # overlayfs copies a file up as its owner: in a user namespace that only maps
         # the jails' uid, a file owned by anyone else cannot be copied (EOVERFLOW/EACCES)
         return None, (
-            f"the image is owned by uid {owner}, not by the sandbox's host uid {host.uid}: "
+            f"the image is owned by uid {owner}, not by the sandbox's host uid {uid}: "
             "only /tmp, /testbed and /root are writable (sandboxlite rootfs build/import give "
             "images the right owner)"
         )

@@ -160,7 +160,9 @@ class Sandbox:
         p, lim, cg = jail.plan, self.config.limits, jail.cgroup
         return {
             "rootfs": p.rootfs.name,
-            "host_uid": self.host.uid,
+            "host_uid": p.run_as[0] if p.run_as else self.host.uid,
+            "host_uid_note": jail.uid_note or "a uid of its own while it lives (per-uid kernel budgets are its own)",
+            "image_idmapped": p.idmapped,
             "rootfs_kind": p.rootfs.kind,
             "network": self.config.network,
             "netns": {"host": "host", "pooled": "made ahead of time (netns pool)"}.get(p.netns, "made by bwrap"),

@@ -217,3 +217,94 @@ def test_uncounted_memory_is_offered_only_where_a_cgroup_counts_it(record):
            (off, on, unlimited))  # fmt: skip
     assert off == {"memfd": "ENOSYS", "shmget": "ENOSYS"}
     assert on == unlimited == {"memfd": "ok", "shmget": "ok"}
+
+
+INOTIFY_HOG = r"""
+import ctypes, errno, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while len(fds) < 1000:
+    fd = libc.inotify_init1(0o2000000)  # IN_CLOEXEC
+    if fd < 0:
+        err = errno.errorcode[ctypes.get_errno()]
+        break
+    fds.append(fd)
+print(json.dumps({"instances": len(fds), "then": err}), flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+ONE_INOTIFY = r"""
+import ctypes, errno, json
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+print(json.dumps({"inotify": "ok" if fd >= 0 else errno.errorcode[ctypes.get_errno()]}))
+"""
+
+
+def _hold(sb: Sandbox, script: str, *args: str) -> bytes:
+    """Run ``script`` in the background of ``sb`` and return the first line it prints."""
+    proc = sb.jail.spawn(["python3", "-c", script, *args])
+    line = b""
+    deadline = time.monotonic() + 20
+    while not line.endswith(b"\n") and time.monotonic() < deadline:
+        chunk = os.read(proc.out_r, 4096)
+        if not chunk:
+            break
+        line += chunk
+    proc.close()
+    return line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root caller's sandboxes each get a host uid (slots.py)")
+def test_per_uid_kernel_budgets_are_each_sandbox_s_own(record):
+    """inotify instances are counted per host uid across user namespaces: one sandbox that took
+    its whole budget made every other's file watchers fail (and likewise RLIMIT_NPROC's count)."""
+    with Sandbox(rootfs="host") as hog, Sandbox(rootfs="host") as other:
+        uids = hog.info["host_uid"], other.info["host_uid"]
+        held = json.loads(_hold(hog, INOTIFY_HOG, "30"))
+        assert held["then"] == "EMFILE" and held["instances"] > 0, held
+        res = run_py(other, ONE_INOTIFY)
+        # processes: the hog keeps 400 alive (its cgroup allows 512); the other must get 200
+        hog.exec("for i in $(seq 400); do sleep 60 & done; true", timeout=60)
+        forks = other.exec("n=0; for i in $(seq 200); do sleep 60 & n=$((n+1)); done 2>/dev/null; echo $n", timeout=60)
+    record("one sandbox takes all its inotify instances and 400 processes; another starts one and 200",
+           "the other gets both", (held, res, forks.stdout))  # fmt: skip
+    assert res == {"inotify": "ok"}
+    assert forks.stdout == b"200\n" and b"fork" not in forks.stderr, forks
+    assert uids[0] != uids[1]
+
+
+DEV_WATCH = r"""
+import ctypes, json, os, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0o4000)  # IN_NONBLOCK
+assert libc.inotify_add_watch(fd, b"/dev/null", 0x1 | 0x2 | 0x20) >= 0  # ACCESS | MODIFY | OPEN
+print("watching", flush=True)
+time.sleep(float(sys.argv[1]))
+n = 0
+while True:
+    try:
+        n += len(os.read(fd, 65536)) // 16
+    except BlockingIOError:
+        break
+print(json.dumps({"events": n}), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the ready-made /dev is a root caller's (devnodes.py)")
+def test_one_sandbox_cannot_watch_another_s_dev_null(record):
+    with Sandbox(rootfs="host") as watcher, Sandbox(rootfs="host") as other:
+        proc = watcher.jail.spawn(["python3", "-c", DEV_WATCH, "1.5"])
+        try:
+            assert os.read(proc.out_r, 100) == b"watching\n"
+            other.exec("for i in $(seq 50); do echo x > /dev/null; done")
+            out = b""
+            while not out.endswith(b"\n"):
+                chunk = os.read(proc.out_r, 4096)
+                if not chunk:
+                    break
+                out += chunk
+        finally:
+            proc.close()
+    record("inotify on /dev/null while another sandbox writes it 50 times", "no event", out)
+    assert json.loads(out) == {"events": 0}

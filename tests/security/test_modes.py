@@ -119,6 +119,9 @@ def test_root_caller_jail_is_not_host_root(image_sb, host_sb, record):
     if os.geteuid() != 0:
         pytest.fail("the suite runs as root (CI does); the non-root mode is covered by the tests above")
     uid, _ = run_as()
-    uids = {psutil.Process(pid).uids().real for box in (image_sb, host_sb) for pid in (box.bwrap_pid, box.executor_pid)}
-    record("root caller: host uid of bwrap and the executor", "unprivileged (not 0)", sorted(uids))
-    assert uids == {uid} and uid != 0 and image_sb.info["host_uid"] == uid
+    per_box = [{psutil.Process(pid).uids().real for pid in (box.bwrap_pid, box.executor_pid)} for box in (image_sb, host_sb)]
+    record("root caller: host uid of bwrap and the executor", "unprivileged (not 0), one per sandbox", per_box)
+    assert all(len(u) == 1 for u in per_box) and 0 not in per_box[0] | per_box[1]
+    assert per_box[0] != per_box[1]  # each live sandbox a uid of its own (slots.py)
+    assert per_box[0] == {image_sb.info["host_uid"]} and per_box[1] == {host_sb.info["host_uid"]}
+    assert uid not in per_box[0] | per_box[1]  # the images' owner is not a sandbox's uid

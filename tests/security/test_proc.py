@@ -82,11 +82,11 @@ def test_signals_to_pid_1(image_sb, record):
 
 
 @pytest.fixture
-def host_sleeper():
-    """A host process running as the jails' own host uid: only the PID namespace protects it."""
+def host_sleeper(image_sb):
+    """A host process running as the jail's own host uid: only the PID namespace protects it."""
     from sandboxlite.identity import run_as
 
-    uid, gid = run_as() or (os.getuid(), os.getgid())
+    uid, gid = image_sb.info["host_uid"], (run_as() or (os.getuid(), os.getgid()))[1]
     marker = "host-sleeper-" + secrets.token_hex(4)
     p = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
                           sys.executable, "-c", "import time; time.sleep(60)", marker])

@@ -76,7 +76,8 @@
  * anything is done; an unknown key, a malformed value, a repeated single key or
  * more values than a key's limit exit EXIT_BAD_OPTION with a message.
  * "launch ..." as the first argument is the launcher mode instead (see launch),
- * "netns" the maker of network namespaces (see make_netns).
+ * "netns" the maker of network namespaces (see make_netns), "userns" the
+ * holder of a user namespace while its maps are written (see hold_userns).
  *
  * The protocol block below is checked against sandboxlite/protocol.py (the one
  * source of truth) by tests/test_protocol.py: change both together.
@@ -1406,6 +1407,15 @@ static void apply_options(void) {
  * unprivileged uid/gid (no supplementary groups), then executes bwrap, so
  * that uid 0 inside the sandbox is never the host's root. */
 static int launch(int argc, char **argv) {
+  if (argc >= 5 && strcmp(argv[2], "-m") == 0) { /* see launcher_x86_64.c */
+    int fd = atoi(argv[3]);
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        syscall(SYS_move_mount, fd, "", AT_FDCWD, argv[4], 0x00000004 /* MOVE_MOUNT_F_EMPTY_PATH */) < 0)
+      die("attaching the image's mount tree");
+    close(fd);
+    argv += 3;
+    argc -= 3;
+  }
   while (argc >= 4 && strcmp(argv[2], "-t") == 0) {
     int fd = open(argv[3], O_WRONLY | O_CLOEXEC);
     if (fd < 0 || write(fd, "0", 1) != 1) die(argv[3]);
@@ -1421,7 +1431,7 @@ static int launch(int argc, char **argv) {
     argc -= 2;
   }
   if (argc < 5) {
-    dprintf(2, "sandboxlite-executor: launch [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...\n");
+    dprintf(2, "sandboxlite-executor: launch [-m TREE_FD DIR] [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...\n");
     return EXIT_FATAL;
   }
   uid_t uid = (uid_t)strtoul(argv[2], NULL, 10);
@@ -1470,8 +1480,21 @@ static int make_netns(void) {
   return 0;
 }
 
+/* User namespace mode, for idmapped images (sandboxlite/idmap.py): "userns"
+ * unshares a user namespace, says 'u' on fd 1 and waits for end of file on
+ * fd 0, while the caller (root) writes its maps and opens it. */
+static int hold_userns(void) {
+  if (unshare(CLONE_NEWUSER) < 0) die("unshare(CLONE_NEWUSER)");
+  if (write(1, "u", 1) != 1) die("write");
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "launch") == 0) return launch(argc, argv);
+  if (argc == 2 && strcmp(argv[1], "userns") == 0) return hold_userns();
   if (argc == 2 && strcmp(argv[1], "netns") == 0) return make_netns();
   parse_options(argc, argv); /* first: a bad option is refused before anything is done */
   /* dispositions survive execve: whatever the host ignored (Python ignores

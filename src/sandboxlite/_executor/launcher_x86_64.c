@@ -1,7 +1,12 @@
 /*
  * sandboxlite launcher (x86_64, no libc):
- *     launcher [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...
+ *     launcher [-m TREE_FD DIR] [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...
  *
+ * With -m, first move into a private mount namespace of its own and attach the
+ * detached mount tree open on TREE_FD (the image, idmapped to UID by the
+ * caller: sandboxlite/idmap.py) at DIR, where bwrap binds it from.  Attached
+ * by root before bwrap's user namespace exists, the mount is locked for the
+ * jail: its read-only flag cannot be cleared from inside.
  * For a root caller: join the sandbox's cgroup v1 groups (writing "0" to each
  * group's `tasks` file moves this single thread; unlike a write of a pid to
  * cgroup.procs it skips the global threadgroup lock and its RCU grace period,
@@ -29,11 +34,27 @@
 #define SYS_setresuid 117
 #define SYS_setresgid 119
 #define SYS_setns 308
+#define SYS_mount 165
+#define SYS_unshare 272
+#define SYS_move_mount 429
 #define CLONE_NEWNET 0x40000000
+#define CLONE_NEWNS 0x00020000
+#define MS_REC 16384
+#define MS_PRIVATE (1 << 18)
+#define AT_FDCWD (-100)
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
 
 static long sys3(long n, long a, long b, long c) {
   long r;
   __asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+  return r;
+}
+
+static long sys5(long n, long a, long b, long c, long d, long e) {
+  long r;
+  register long r10 __asm__("r10") = d;
+  register long r8 __asm__("r8") = e;
+  __asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8) : "rcx", "r11", "memory");
   return r;
 }
 
@@ -69,6 +90,18 @@ __attribute__((noreturn, used)) void launcher_main(long *sp) {
   long argc = sp[0];
   char **argv = (char **)(sp + 1);
   char **envp = argv + argc + 1;
+  if (argc >= 4 && argv[1][0] == '-' && argv[1][1] == 'm' && !argv[1][2]) {
+    long fd = num(argv[2]);
+    if (fd < 0 || sys3(SYS_unshare, CLONE_NEWNS, 0, 0) < 0 ||
+        sys5(SYS_mount, 0, (long)"/", 0, MS_REC | MS_PRIVATE, 0) < 0 ||
+        sys5(SYS_move_mount, fd, (long)"", AT_FDCWD, (long)argv[3], MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+      say("cannot attach the image's mount tree at ", argv[3]);
+      quit(111);
+    }
+    sys3(SYS_close, fd, 0, 0);
+    argv += 3;
+    argc -= 3;
+  }
   while (argc >= 3 && argv[1][0] == '-' && argv[1][1] == 't' && !argv[1][2]) {
     long fd = sys3(SYS_open, (long)argv[2], 01 | 02000000 /* O_WRONLY|O_CLOEXEC */, 0);
     if (fd < 0 || sys3(SYS_write, fd, (long)"0", 1) != 1) {
@@ -90,7 +123,7 @@ __attribute__((noreturn, used)) void launcher_main(long *sp) {
     argc -= 2;
   }
   if (argc < 4) {
-    say("usage: ", "launcher [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...");
+    say("usage: ", "launcher [-m TREE_FD DIR] [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...");
     quit(111);
   }
   long uid = num(argv[1]), gid = num(argv[2]);
