@@ -229,12 +229,24 @@ class Sandbox:
     def _abs(self, path: str | os.PathLike, field: str = "path") -> str:
         return resolve_path(path, self.config.workdir, field)
 
-    def read_file(self, path: str | os.PathLike, *, max_bytes: int | None = None) -> bytes:
-        """The exact bytes of a file inside the sandbox (relative paths start at workdir)."""
+    def read_file(
+        self, path: str | os.PathLike, *, max_bytes: int | None = None, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        """The exact bytes of a file inside the sandbox (relative paths start at workdir).
+
+        ``max_bytes`` caps the file, charged on the bytes read (not on its size when opened):
+        EFBIG (a ``SandboxFileError``) when it is bigger, or grows bigger while it is read; at
+        most ``max_bytes`` + 1 bytes are read.  The holes of a sparse file read as zeros and count.
+        ``offset``, ``length``: only the part of at most ``length`` bytes that starts at ``offset``
+        (fewer at the end of the file), to read a big file piece by piece.
+        """
+        for name, value in (("offset", offset), ("length", length)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ConfigError(name, f"must be a number of bytes >= 0, got {value!r}")
         p = self._abs(path)
         with self.lock:
             fd = self.jail.open(p, transfer.READ_FLAGS)
-        return transfer.read_fd(fd, p, max_bytes)
+        return transfer.read_fd(fd, p, max_bytes, offset, length)
 
     def write_file(
         self, path: str | os.PathLike, data: bytes | str, *, mode: int = 0o644, parents: bool = True
@@ -274,9 +286,13 @@ class Sandbox:
         Symlinks are never followed: a link inside the tree is recreated only when it is
         relative, stays inside the tree (only leading ".." allowed) and ``symlinks`` is true;
         any other link is left out, and so are directories nested over 128 deep.  With
-        ``max_bytes``, files that would take the total over it are left out.  Returns the
-        sandbox paths that were left out (links, fifos, sockets, devices, files over the cap),
-        so nothing is lost silently.
+        ``max_bytes``, files that would take the total over it are left out: charged on the
+        bytes actually copied (holes included), so a file that grows while it is copied is cut
+        off at the cap and left out, its partial copy removed; at most ``max_bytes`` land on the
+        host.  Holes of sparse files stay holes on the host (SEEK_DATA/SEEK_HOLE): they take no
+        disk, but their length counts.  Returns the sandbox paths that were left out (links,
+        fifos, sockets, devices, files over the cap), so nothing is lost silently; names that
+        are not UTF-8 come surrogate-escaped, as ``os.fsdecode`` gives them.
         """
         p = self._abs(path)
         with self.lock:

@@ -30,8 +30,15 @@ def write_flags(parents: bool) -> int:
     return os.O_WRONLY | os.O_CREAT | os.O_TRUNC | OP_REQ_REG | (OP_MKPARENTS if parents else 0)
 
 
-def read_fd(fd: int, path: str, max_bytes: int | None) -> bytes:
-    """All bytes of the regular file open at ``fd`` (closed after), at most ``max_bytes``."""
+def read_fd(fd: int, path: str, max_bytes: int | None, offset: int = 0, length: int | None = None) -> bytes:
+    """The bytes of the regular file open at ``fd`` (closed after): all of them, or the part of at
+    most ``length`` bytes from ``offset`` (fewer at the end of the file).
+
+    ``max_bytes`` caps the file, charged on the bytes actually read, not on its size when it was
+    opened: EFBIG when it is bigger to start with, or once a read reaches past ``max_bytes`` (a file
+    that grows while it is read); at most ``max_bytes`` + 1 bytes are ever read.  The holes of a
+    sparse file read as zeros, and count.
+    """
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # never trust the jail
@@ -39,17 +46,20 @@ def read_fd(fd: int, path: str, max_bytes: int | None) -> bytes:
         if max_bytes is not None and st.st_size > max_bytes:
             raise file_error(errno.EFBIG, path, f"file is {st.st_size} bytes, over max_bytes={max_bytes}")
         chunks = []
-        total = 0
-        while True:
+        pos, end = offset, None if length is None else offset + length
+        while end is None or pos < end:
+            want = CHUNK if end is None else min(CHUNK, end - pos)
+            if max_bytes is not None:
+                want = min(want, max(1, max_bytes - pos + 1))  # a byte past the cap tells that it grew
             try:
-                chunk = os.read(fd, CHUNK)
+                chunk = os.pread(fd, want, pos)
             except OSError as e:  # EIO from a special file, ...
                 raise file_error(e.errno or errno.EIO, path) from None
             if not chunk:
                 break
-            total += len(chunk)
-            if max_bytes is not None and total > max_bytes:
-                raise file_error(errno.EFBIG, path, f"file grew over max_bytes={max_bytes}")
+            pos += len(chunk)
+            if max_bytes is not None and pos > max_bytes:
+                raise file_error(errno.EFBIG, path, f"file grew over max_bytes={max_bytes} while it was read")
             chunks.append(chunk)
         return b"".join(chunks)
     finally:
@@ -110,16 +120,24 @@ def upload(jail, src: Path, dst: str) -> None:
 
 def download(fd: int, path: str, dst: Path, *, symlinks: bool, max_bytes: int | None) -> list[str]:
     """Copy the file or tree open at ``fd`` (closed after) to ``dst`` on the host; returns the
-    sandbox paths left out (see ``Sandbox.download``)."""
+    sandbox paths left out (see ``Sandbox.download``).
+
+    ``max_bytes`` is the budget of the whole copy, charged on each file's length as it is copied
+    (the bytes read plus its holes), never on the size it had when it was opened: a file that
+    passes what is left of the budget while it is copied is cut off there, its partial copy
+    removed and its path left out, so at most ``max_bytes`` bytes ever land on the host.  Holes
+    are found with SEEK_DATA/SEEK_HOLE and left holes on the host, neither read nor written (a
+    chunk that reads as zeros is not written either, where the filesystem cannot tell holes): a
+    sparse file costs the host's disk its data only, and its length still counts against the
+    budget (a 1 TiB sparse file is left out of a 16 MiB download, at once).
+    """
     skipped: list[str] = []
     budget = [max_bytes if max_bytes is not None else -1]
     try:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode):
-            if budget[0] >= 0 and st.st_size > budget[0]:
+            if not _copy_file(fd, st.st_size, dst, st.st_mode, path, budget):
                 skipped.append(path)
-            else:
-                _copy_fd_to_host(fd, dst, st.st_mode, path)
         elif stat.S_ISDIR(st.st_mode):
             _copy_dir_to_host(fd, dst, path, "", skipped, symlinks, budget)
         else:
@@ -129,28 +147,95 @@ def download(fd: int, path: str, dst: Path, *, symlinks: bool, max_bytes: int | 
     return skipped
 
 
+def _copy_file(fd: int, size: int, dst: Path, mode: int, sandbox_path: str, budget: list[int]) -> bool:
+    """Copy one regular file (of ``size`` bytes when opened) within what is left of ``budget``
+    (-1: no limit) and charge it what was copied; False when it does not fit (nothing is kept)."""
+    limit = budget[0] if budget[0] >= 0 else None
+    if limit is not None and size > limit:
+        return False
+    copied = _copy_fd_to_host(fd, dst, mode, sandbox_path, limit)
+    if copied is None:
+        return False
+    if limit is not None:
+        budget[0] -= copied
+    return True
+
+
 def _host_open_for_write(dst: Path, mode: int) -> int:
     if dst.is_symlink():  # never write through a host symlink
         dst.unlink()
     return os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o777 or 0o644)
 
 
-def _copy_fd_to_host(fd: int, dst: Path, mode: int, sandbox_path: str) -> None:
+def _copy_fd_to_host(fd: int, dst: Path, mode: int, sandbox_path: str, limit: int | None) -> int | None:
+    """Copy the regular file open at ``fd`` to ``dst``; returns its length as copied, or None when it
+    holds more than ``limit`` bytes.  Nothing past ``limit`` is ever written, and a copy that is not
+    complete (over the limit, or an error) is removed."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     out = _host_open_for_write(dst, mode)
+    length = None
     try:
-        while True:
+        length = _copy_runs(fd, out, sandbox_path, limit)
+        if length is not None:
+            os.ftruncate(out, length)  # the file may end in a hole
+    finally:
+        os.close(out)
+        if length is None:
+            dst.unlink(missing_ok=True)
+    return length
+
+
+def _copy_runs(src: int, out: int, sandbox_path: str, limit: int | None) -> int | None:
+    """Copy the data of ``src`` to the same offsets of ``out``, run by run, holes left unwritten;
+    returns the length copied (holes included), or None as soon as it passes ``limit``."""
+    pos = 0
+    while True:
+        run = _data_run(src, pos, sandbox_path)
+        if run is None:  # no data from pos on: a hole up to the end of the file, if anything
+            size = os.fstat(src).st_size
+            if size > pos and _data_run(src, pos, sandbox_path) is not None:
+                continue  # data was appended meanwhile
+            length = max(pos, size)
+            return None if limit is not None and length > limit else length
+        pos, end = run
+        if limit is not None and pos > limit:
+            return None
+        while pos < end:
+            want = min(CHUNK, end - pos)
+            if limit is not None:
+                want = min(want, max(1, limit - pos + 1))  # a byte past the limit tells that it grew
             try:
-                chunk = os.read(fd, 1 << 20)
+                chunk = os.pread(src, want, pos)
             except OSError as e:  # the sandbox's side (errors writing on the host stay OSError)
                 raise file_error(e.errno or errno.EIO, sandbox_path) from None
             if not chunk:
-                break
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(out, view) :]
-    finally:
-        os.close(out)
+                return pos  # the end of the file (it shrank, or its filesystem has no SEEK_DATA)
+            if limit is not None and pos + len(chunk) > limit:
+                return None
+            if chunk.count(0) < len(chunk):  # zeros stay a hole
+                _pwrite_all(out, chunk, pos)
+            pos += len(chunk)
+
+
+def _data_run(fd: int, pos: int, sandbox_path: str) -> tuple[int, int] | None:
+    """(start, end) of the next run of data at or after ``pos``; None when only a hole, or nothing,
+    is left.  Where the filesystem cannot tell holes from data, the rest of the file is one run."""
+    try:
+        start = os.lseek(fd, pos, os.SEEK_DATA)
+        return start, os.lseek(fd, start, os.SEEK_HOLE)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # past the last data (or the file shrank under us)
+            return None
+        if e.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+            return pos, 1 << 63
+        raise file_error(e.errno or errno.EIO, sandbox_path) from None
+
+
+def _pwrite_all(out: int, data: bytes, pos: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(out, view, pos)
+        view, pos = view[n:], pos + n
 
 
 def _inside(rel_dir: str, target: str) -> bool:
@@ -242,13 +327,12 @@ def _copy_dir_to_host(
                 continue
             try:
                 fst = os.fstat(fd)
-                if not stat.S_ISREG(fst.st_mode) or (budget[0] >= 0 and fst.st_size > budget[0]):
+                copied = stat.S_ISREG(fst.st_mode)
+                if copied:
+                    os.set_blocking(fd, True)
+                    copied = _copy_file(fd, fst.st_size, target_path, st.st_mode, spath, budget)
+                if not copied:
                     skipped.append(spath)
-                    continue
-                if budget[0] >= 0:
-                    budget[0] -= fst.st_size
-                os.set_blocking(fd, True)
-                _copy_fd_to_host(fd, target_path, st.st_mode, spath)
             finally:
                 os.close(fd)
         elif stat.S_ISDIR(st.st_mode):

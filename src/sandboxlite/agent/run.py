@@ -4,6 +4,9 @@ The output directory gets, as the run goes (so an interrupted run loses nothing)
 ``trajectory.json`` (rewritten after every step), and at the end ``answer.txt`` and
 ``files/`` (what the model left in /testbed/output: regular files only, never
 following a symlink, size-capped).
+
+What is written is UTF-8 text: names from the sandbox that are not UTF-8 are recorded
+``readable`` (their bad bytes as ``\\xff``; in files/ they keep their raw bytes).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -24,6 +28,7 @@ from .loop import Agent, AgentLimits, Step
 from .outcome import ExitReason, Outcome
 from .prompts import ANSWER_FILE, OUTPUT_DIR, PromptTemplate
 from .task import Task
+from .tools import Tools, readable
 
 MAX_EXPORT_BYTES = 256 << 20  # files/ copied out of /testbed/output
 MAX_ANSWER_BYTES = 1 << 20
@@ -78,8 +83,26 @@ class TrajectoryWriter:
 
     def flush(self, *, pretty: bool = False) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1 if pretty else None, ensure_ascii=False, default=str))
+        text = json.dumps(self.data, indent=1 if pretty else None, ensure_ascii=False, default=str)
+        tmp.write_bytes(json_utf8(text))
         os.replace(tmp, self.path)
+
+
+_SURROGATE = re.compile("[\\ud800-\\udfff]")
+
+
+def json_utf8(text: str) -> bytes:
+    """JSON ``text`` as UTF-8, whatever it holds: the trajectory writer's last defence.
+
+    A lone surrogate (a name that is not UTF-8 that nobody made ``readable``) would make the
+    encoding fail and the run lose its trajectory; it is written as its ``readable`` escape
+    instead (``\\\\xff`` in the JSON text: it only occurs inside a string, where that reads back
+    as ``\\xff``).
+    """
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(lambda m: readable(m.group()).replace("\\", "\\\\"), text).encode("utf-8")
 
 
 def task_inputs(task: Task) -> dict[str, str]:
@@ -92,7 +115,7 @@ def task_inputs(task: Task) -> dict[str, str]:
         for p in sorted(root.rglob("*")):
             if p.is_file() and not p.is_symlink():
                 try:
-                    files[str(p.relative_to(root))] = p.read_text(errors="replace")
+                    files[readable(str(p.relative_to(root)))] = p.read_text(errors="replace")
                 except OSError:
                     continue
     return files
@@ -155,8 +178,6 @@ def run_task(
 
 def _run_in(sb: Sandbox, task: Task, model: Any, system: str, instance: str, limits: AgentLimits, out: Path,
             writer: TrajectoryWriter, start: float, on_step: Callable[[Agent, Step], None] | None) -> RunResult:  # fmt: skip
-    from .tools import Tools
-
     answer, skipped, outcome = None, [], Outcome(ExitReason.INTERRUPTED)
     stage_inputs(sb, task)
     tools = Tools(sb)
@@ -173,14 +194,15 @@ def _run_in(sb: Sandbox, task: Task, model: Any, system: str, instance: str, lim
         writer.update(agent, exit_reason=outcome.exit_reason, reason=outcome.reason,
                       duration_s=round(time.monotonic() - start, 3))  # fmt: skip
         try:
-            skipped = sb.download(OUTPUT_DIR, out / "files", symlinks=False, max_bytes=MAX_EXPORT_BYTES)
+            left_out = sb.download(OUTPUT_DIR, out / "files", symlinks=False, max_bytes=MAX_EXPORT_BYTES)
+            skipped = [readable(p) for p in left_out]  # recorded: names that are not UTF-8 made text
             answer = sb.read_file(ANSWER_FILE, max_bytes=MAX_ANSWER_BYTES).decode("utf-8", "replace")
         except SandboxFileError:
             pass
         finally:
             tools.close()
             if answer is not None:
-                (out / "answer.txt").write_text(answer)
+                (out / "answer.txt").write_text(readable(answer), encoding="utf-8")
             writer.update(agent, skipped_outputs=skipped, answer=answer, final=True)
     if outcome.reason is ExitReason.SANDBOX_ERROR and outcome.error is not None:
         raise outcome.error
@@ -206,7 +228,7 @@ def _run_vanilla(task: Task, model: Any, system: str, instance: str, out: Path, 
     if reply is not None:
         messages.append(reply.to_message())
     if answer is not None:
-        (out / "answer.txt").write_text(answer)
+        (out / "answer.txt").write_text(readable(answer), encoding="utf-8")
     usage = dict(reply.usage) if reply is not None else {}
     writer.update(messages=messages, exit_reason=outcome.exit_reason, reason=outcome.reason, answer=answer,
                   usage=usage, duration_s=round(time.monotonic() - start, 3), final=True)  # fmt: skip

@@ -14,6 +14,7 @@ newline, backslashes and text like ``-e`` or ``$HOME`` all survive an edit.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import json
 import re
@@ -35,6 +36,8 @@ ANSWER_FILE = "/testbed/output/answer.txt"
 EDITOR_COMMANDS = ("view", "create", "str_replace", "insert")
 MAX_EDIT_BYTES = 64 << 20  # the editor reads files up to this size; bigger ones are for execute_bash
 BINARY_SNIFF_BYTES = 8192
+VIEW_CHUNK = 1 << 20  # view reads files this much at a time (>= BINARY_SNIFF_BYTES: the first read is sniffed)
+MAX_LISTED_OCCURRENCES = 10  # a non-unique old_str: the lines of this many of its occurrences are named
 SNIPPET_CONTEXT_LINES = 4
 # what bash prints when the timeout kills its foreground job ("sandboxlite-shell: line 5:  8 Killed  sleep 5")
 _KILLED_REPORT = re.compile(r"^sandboxlite-shell: line \d+: +\d+ Killed .*\n?", re.MULTILINE)
@@ -80,7 +83,7 @@ _SIGNATURES: dict[str, dict[str, _Arg]] = {
 def _describe(value: Any) -> str:
     """A value as the model sent it, shortened: 'string "3"'."""
     try:
-        text = json.dumps(value, ensure_ascii=False)
+        text = readable(json.dumps(value, ensure_ascii=False))
     except (TypeError, ValueError):
         text = repr(value)
     if len(text) > 60:
@@ -153,6 +156,26 @@ def _parse_arguments(tool: str, arguments: dict | str | None) -> dict[str, Any]:
 
 
 # -- text helpers ------------------------------------------------------------------------
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def readable(text: str) -> str:
+    """``text`` fit to show the model and to record: each byte that is not UTF-8 as ``\\xff``.
+
+    Names from the sandbox (its files, the shell's cwd) are surrogate-escaped str, as
+    ``os.fsdecode`` gives them: a lone surrogate per byte that is not UTF-8, which cannot be
+    written as UTF-8 (the trajectory, the model's messages).  Each becomes ``\\xff``, the way
+    bash's ``$'...'`` writes that byte; any other lone surrogate (a model can send one in JSON)
+    becomes ``\\udXXX``.  Text without any comes back as it is.
+    """
+    return _SURROGATES.sub(_escape_surrogate, text)
+
+
+def _escape_surrogate(m: re.Match) -> str:
+    c = ord(m.group())
+    return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"\\u{c:04x}"
+
+
 def clip_middle(text: str, limit: int) -> tuple[str, int]:
     """Keep the head and tail of ``text`` (about ``limit`` characters in all).
 
@@ -178,6 +201,36 @@ def _split_lines(text: str) -> list[str]:
 def _line_of(text: str, offset: int) -> int:
     """1-based line number of a character offset."""
     return text.count("\n", 0, offset) + 1
+
+
+def _count_lines(text: str) -> int:
+    """How many lines ``_split_lines`` would give, without making them."""
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def _line_start(text: str, n: int) -> int:
+    """Offset of the start of 1-based line ``n`` (``len(text)`` past the last line)."""
+    return _skip_lines(text, 0, n - 1)[0]
+
+
+_SKIP_BLOCK = 4096
+
+
+def _skip_lines(text: str, pos: int, n: int) -> tuple[int, int]:
+    """The offset just past the ``n``-th "\\n" from ``pos`` on, and how many were passed (fewer than
+    ``n`` when the text ends first: then the offset is ``len(text)``).  Blocks without the one
+    sought are counted whole, so skipping millions of lines costs only a few thousand finds."""
+    passed = 0
+    while passed < n and pos < len(text):
+        end = min(len(text), pos + _SKIP_BLOCK)
+        in_block = text.count("\n", pos, end)
+        if passed + in_block < n:
+            passed, pos = passed + in_block, end
+            continue
+        while passed < n:
+            pos = text.find("\n", pos, end) + 1
+            passed += 1
+    return pos, passed
 
 
 def _number_lines(lines: list[str], first: int) -> str:
@@ -301,10 +354,10 @@ class Tools:
             "timed_out": r.timed_out,
             "truncated": r.truncated or clipped,
             "duration_s": round(r.duration_s, 3),
-            "cwd": shell.cwd,
+            "cwd": readable(shell.cwd),  # the session may be in a directory whose name is not UTF-8
         }
         if r.note:
-            data["note"] = r.note
+            data["note"] = readable(r.note)  # it names the cwd
         return ToolResult(output=text, data=data)
 
     def _format_bash(self, r: ExecResult, timeout: float) -> tuple[str, bool]:
@@ -330,7 +383,7 @@ class Tools:
             )
         text += f"[exit code: {r.exit_code}]"
         if r.note:
-            text += f"\n[{r.note}]"
+            text += f"\n[{readable(r.note)}]"
         return text, omitted > 0
 
     # -- str_replace_editor ---------------------------------------------------------------------
@@ -346,8 +399,17 @@ class Tools:
     ) -> ToolResult:
         """View, create or edit a file (see the tool's description).
 
-        Arguments a command does not use are ignored.
+        Arguments a command does not use are ignored.  What it says (its output, its errors, the
+        path it records) is ``readable``: a path may name bytes that are not UTF-8.
         """
+        try:
+            output = self._edit(command, path, file_text, old_str, new_str, insert_line, view_range)
+        except ToolError as e:
+            raise ToolError(readable(e.message), hint=e.hint) from None
+        return ToolResult(output=readable(output), data={"command": command, "path": readable(path)})
+
+    def _edit(self, command: str, path: str, file_text: str | None, old_str: str | None, new_str: str | None,
+              insert_line: int | None, view_range: list | None) -> str:  # fmt: skip
         if command not in EDITOR_COMMANDS:
             raise ToolError(
                 f"str_replace_editor: unknown command {command!r}; use one of: {', '.join(EDITOR_COMMANDS)}"
@@ -372,7 +434,7 @@ class Tools:
             if new_str is None:
                 raise ToolError("str_replace_editor insert: missing argument 'new_str' (the text to insert)")
             output = self._insert(path, insert_line, new_str)
-        return ToolResult(output=output, data={"command": command, "path": path})
+        return output
 
     # file access, with errors the model can act on
     def _read_text(self, path: str) -> str:
@@ -410,49 +472,53 @@ class Tools:
 
     # view
     def _view(self, path: str, view_range: list | None) -> str:
+        """``cat -n`` of the file, or of the lines in view_range, clipped at max_view_chars.
+
+        The file is read VIEW_CHUNK bytes at a time, in one pass (``_LineScan``) that checks it is
+        UTF-8 text and counts its lines, keeping only what is shown: the host holds one chunk and
+        the output, never the whole file nor a list of its lines.
+        """
         try:
-            data = self.sandbox.read_file(path, max_bytes=MAX_EDIT_BYTES)
+            chunk = self._read_part(path, 0)
         except IsADirectoryError:
             if view_range is not None:
                 raise ToolError(f"{path} is a directory: view_range only applies to files") from None
             return self._list_directory(path)
-        except SandboxFileError as e:
-            raise _file_tool_error(e, path) from None
-        text = _decode(path, data)
-        lines = _split_lines(text)
-        start, end, note = _check_view_range(view_range, len(lines), path)
+        first, last = _view_bounds(view_range)
+        scan = _LineScan(path, first, last, self.max_view_chars)
+        offset = 0
+        while chunk:
+            scan.feed(chunk)
+            offset += len(chunk)
+            chunk = self._read_part(path, offset) if len(chunk) == VIEW_CHUNK else b""
+        scan.finish()
+        start, end, note = _check_view_range(view_range, scan.lines, path)
         header = f"Here is the result of running `cat -n` on {path}"
         if view_range is not None:
-            header += f" (lines {start}-{end} of {len(lines)})"
-        if _uses_crlf(text):
+            header += f" (lines {start}-{end} of {scan.lines})"
+        if scan.crlf > 0 and scan.crlf >= scan.newlines - scan.crlf:  # as _uses_crlf
             header += " (the file has CRLF line endings; the \\r are not shown)"
         header += ":\n"
-        if not lines:
+        if not scan.lines:
             return header + "[the file is empty]"
-        body, clipped_at = self._clip_lines(lines[start - 1 : end], start)
-        out = header + body
-        if clipped_at is not None:
+        out = header + "".join(scan.shown)
+        if scan.clipped_at is not None:
             out += (
-                f"[output clipped at {self.max_view_chars} characters after line {clipped_at} of {len(lines)}; "
-                f"view the rest with view_range, e.g. [{clipped_at + 1}, -1], or search it with "
+                f"[output clipped at {self.max_view_chars} characters after line {scan.clipped_at} of {scan.lines}; "
+                f"view the rest with view_range, e.g. [{scan.clipped_at + 1}, -1], or search it with "
                 f"execute_bash (grep -n PATTERN {_quote(path)})]\n"
             )
         return out + note
 
-    def _clip_lines(self, lines: list[str], first: int) -> tuple[str, int | None]:
-        """Numbered lines up to max_view_chars; also the last line shown if clipped."""
-        out: list[str] = []
-        size = 0
-        for n, line in enumerate(lines, first):
-            numbered = _number_lines([line], n)
-            if size + len(numbered) > self.max_view_chars:
-                if not out:  # one enormous line: show its beginning
-                    out.append(numbered[: self.max_view_chars] + "\n")
-                    return "".join(out), n
-                return "".join(out), n - 1
-            out.append(numbered)
-            size += len(numbered)
-        return "".join(out), None
+    def _read_part(self, path: str, offset: int) -> bytes:
+        """VIEW_CHUNK bytes of the file from ``offset`` (fewer at its end).  File errors become
+        ToolError, but for IsADirectoryError at offset 0 (view lists a directory)."""
+        try:
+            return self.sandbox.read_file(path, max_bytes=MAX_EDIT_BYTES, offset=offset, length=VIEW_CHUNK)
+        except SandboxFileError as e:
+            if offset == 0 and isinstance(e, IsADirectoryError):
+                raise
+            raise _file_tool_error(e, path) from None
 
     def _list_directory(self, path: str) -> str:
         """Files and directories two levels deep, hidden ones (and what is inside them) left out."""
@@ -462,14 +528,15 @@ class Tools:
         for item in r.stdout.split(b"\0"):
             if not item:
                 continue
-            kind, _, name = item.decode("utf-8", "replace").partition(" ")
+            kind, _, name = item.decode("utf-8", "backslashreplace").partition(" ")  # b"\xff" as \xff
             entries.append(name + ("/" if kind == "d" else ""))
         entries.sort()
         text = f"Here are the files and directories up to 2 levels deep in {path}, excluding hidden items:\n"
         text += path.rstrip("/") + "/\n"
         text += "".join(f"{e}\n" for e in entries) if entries else "[the directory is empty]\n"
         if r.exit_code != 0 and r.stderr:
-            text += "[some entries could not be listed: " + r.stderr.decode("utf-8", "replace").strip()[:500] + "]\n"
+            why = r.stderr.decode("utf-8", "backslashreplace").strip()[:500]
+            text += f"[some entries could not be listed: {why}]\n"
         clipped, omitted = clip_middle(text, self.max_output_chars)
         if omitted:
             clipped += f"\n[the listing is long; list a subdirectory, or use execute_bash (ls, find {_quote(path)})]\n"
@@ -502,28 +569,29 @@ class Tools:
             )
         text = self._read_text(path)
         note = ""
-        starts = _occurrences(text, old_str)
-        if not starts and _uses_crlf(text) and "\n" in old_str:
+        count = text.count(old_str)  # non-overlapping, as they would be replaced
+        if not count and _uses_crlf(text) and "\n" in old_str:
             # the model wrote "\n" in a CRLF file: match (and write) with the file's line endings
-            crlf_starts = _occurrences(text, _to_crlf(old_str))
-            if crlf_starts:
-                old_str, new_str, starts = _to_crlf(old_str), _to_crlf(new_str), crlf_starts
+            crlf_count = text.count(_to_crlf(old_str))
+            if crlf_count:
+                old_str, new_str, count = _to_crlf(old_str), _to_crlf(new_str), crlf_count
                 note = "[old_str and new_str were given \\r\\n line endings, as the file uses them]\n"
-        if not starts:
+        if not count:
             raise ToolError(
                 f"str_replace: old_str did not occur in {path}, so nothing was replaced; it must match the file "
                 "exactly, including whitespace and indentation (view the file to copy the exact text; "
                 "leave out the line numbers that view adds)"
             )
-        if len(starts) > 1:
-            lines = ", ".join(str(_line_of(text, s)) for s in starts)
+        if count > 1:
+            lines = ", ".join(map(str, _lines_of(text, _occurrences(text, old_str, MAX_LISTED_OCCURRENCES))))
+            more = f" and {count - MAX_LISTED_OCCURRENCES} more" if count > MAX_LISTED_OCCURRENCES else ""
             raise ToolError(
-                f"str_replace: old_str occurred {len(starts)} times in {path} (starting at lines {lines}), "
+                f"str_replace: old_str occurred {count} times in {path} (starting at lines {lines}{more}), "
                 "so nothing was replaced; include more surrounding lines in old_str to make it unique"
             )
         if old_str == new_str:
             raise ToolError("str_replace: old_str and new_str are identical, so nothing would change")
-        at = starts[0]
+        at = text.find(old_str)
         new_text = text[:at] + new_str + text[at + len(old_str) :]
         self._write(path, new_text, self._mode(path))
         first = _line_of(new_text, at)
@@ -536,13 +604,16 @@ class Tools:
         )
 
     def _snippet(self, text: str, first: int, last: int) -> str:
-        """Numbered lines first..last of ``text``, with a few lines of context each side."""
-        lines = _split_lines(text)
+        """Numbered lines first..last of ``text``, with a few lines of context each side (only those
+        lines are cut out of the text)."""
+        n_lines = _count_lines(text)
         lo = max(1, first - SNIPPET_CONTEXT_LINES)
-        hi = min(len(lines), last + SNIPPET_CONTEXT_LINES)
-        if not lines:
+        hi = min(n_lines, last + SNIPPET_CONTEXT_LINES)
+        if not n_lines:
             return "The file is now empty.\n"
-        body, omitted = clip_middle(_number_lines(lines[lo - 1 : hi], lo), self.max_output_chars)
+        start = _line_start(text, lo)
+        end = _skip_lines(text, start, hi - lo + 1)[0]
+        body, omitted = clip_middle(_number_lines(_split_lines(text[start:end]), lo), self.max_output_chars)
         return f"Here is a snippet of the edited region (lines {lo}-{hi}, `cat -n` style):\n{body}"
 
     # insert
@@ -557,25 +628,25 @@ class Tools:
         newline, "c\\n" gives it one).
         """
         text = self._read_text(path)
-        lines = _split_lines(text)
-        if not 0 <= insert_line <= len(lines):
+        n_lines = _count_lines(text)
+        if not 0 <= insert_line <= n_lines:
             raise ToolError(
-                f"insert: insert_line {insert_line} is out of range: {path} has {_plural(len(lines), 'line')}, "
-                f"so insert_line must be between 0 (at the top) and {len(lines)} (at the end)"
+                f"insert: insert_line {insert_line} is out of range: {path} has {_plural(n_lines, 'line')}, "
+                f"so insert_line must be between 0 (at the top) and {n_lines} (at the end)"
             )
         crlf = _uses_crlf(text)
         eol = "\r\n" if crlf else "\n"
         block = _to_crlf(new_str) if crlf else new_str
-        if insert_line == len(lines) and text and not text.endswith("\n"):
+        if insert_line == n_lines and text and not text.endswith("\n"):
             new_text = text + eol + block
         else:
             if not block.endswith("\n"):
                 block += eol
-            at = sum(len(line) for line in lines[:insert_line])
+            at = _line_start(text, insert_line + 1)
             new_text = text[:at] + block + text[at:]
         self._write(path, new_text, self._mode(path))
         first = insert_line + 1
-        last = insert_line + max(1, len(_split_lines(block)))
+        last = insert_line + max(1, _count_lines(block))
         return (
             f"The file {path} has been edited: the text was inserted after line {insert_line}. "
             + self._snippet(new_text, first, last)
@@ -588,14 +659,111 @@ class Tools:
 def _decode(path: str, data: bytes) -> str:
     """Strict UTF-8 text; ToolError (pointing at execute_bash) for binary content."""
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
-        raise ToolError(f"{path} looks like a binary file (it contains NUL bytes); {_bash_hint(path)}")
+        raise _binary_error(path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ToolError(
-            f"{path} is not valid UTF-8 text (invalid byte at offset {e.start}), so the editor cannot "
-            f"show or edit it; {_bash_hint(path)}"
-        ) from None
+        raise _not_utf8_error(path, e.start) from None
+
+
+def _binary_error(path: str) -> ToolError:
+    return ToolError(f"{path} looks like a binary file (it contains NUL bytes); {_bash_hint(path)}")
+
+
+def _not_utf8_error(path: str, offset: int) -> ToolError:
+    return ToolError(
+        f"{path} is not valid UTF-8 text (invalid byte at offset {offset}), so the editor cannot "
+        f"show or edit it; {_bash_hint(path)}"
+    )
+
+
+class _LineScan:
+    """One pass over a file's bytes, fed a chunk at a time, for ``view``: checks that it is text as
+    ``_decode`` does, counts its lines (as ``_split_lines`` cuts them) and line endings, and keeps
+    the numbered lines from ``first`` to ``last`` (None: to the end) that fit in ``budget``
+    characters, clipping as ``cat -n`` output is clipped (a line too long for the budget alone
+    shows its beginning).  It holds the lines it keeps and one chunk, never the file."""
+
+    def __init__(self, path: str, first: int, last: int | None, budget: int) -> None:
+        self.path, self.first, self.last, self.budget = path, first, last, budget
+        self.newlines = 0  # "\n" seen
+        self.crlf = 0  # "\r\n" seen
+        self.shown: list[str] = []  # the numbered lines kept
+        self.clipped_at: int | None = None  # the last line shown when the budget ran out
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._offset = 0  # bytes fed
+        self._size = 0  # characters in shown
+        self._line = 1  # the line the scan is in
+        self._part: list[str] = []  # what is kept of that line: at most budget + 2 characters
+        self._part_len = 0
+        self._cr = False  # the text so far ends with "\r"
+        self._open_line = False  # ... with a line that has no "\n" yet
+        self._full = last is not None and last < first  # nothing (more) to keep: budget used up, past last
+
+    @property
+    def lines(self) -> int:
+        return self.newlines + self._open_line
+
+    def feed(self, data: bytes) -> None:
+        if self._offset < BINARY_SNIFF_BYTES and b"\0" in data[: BINARY_SNIFF_BYTES - self._offset]:
+            raise _binary_error(self.path)
+        self._text(self._decode(data, final=False))
+        self._offset += len(data)
+
+    def finish(self) -> None:
+        """The end of the file: the last line may have no "\\n"."""
+        self._text(self._decode(b"", final=True))
+        if self._open_line and not self._full and self._line >= self.first:
+            self._end_line()
+
+    def _decode(self, data: bytes, final: bool) -> str:
+        pending = len(self._decoder.getstate()[0])  # bytes of a character cut by the last chunk
+        try:
+            return self._decoder.decode(data, final)
+        except UnicodeDecodeError as e:
+            raise _not_utf8_error(self.path, self._offset - pending + e.start) from None
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        self.newlines += text.count("\n")
+        self.crlf += text.count("\r\n") + (self._cr and text[0] == "\n")
+        self._cr, self._open_line = text[-1] == "\r", text[-1] != "\n"
+        pos = 0
+        if not self._full and self._line < self.first:
+            pos, passed = _skip_lines(text, 0, self.first - self._line)
+            self._line += passed
+        while not self._full and self._line >= self.first:
+            nl = text.find("\n", pos)
+            self._keep(text, pos, len(text) if nl < 0 else nl + 1)
+            if nl < 0:
+                return
+            self._end_line()
+            pos = nl + 1
+
+    def _keep(self, text: str, start: int, end: int) -> None:
+        room = self.budget + 2 - self._part_len  # longer than that, the line is clipped anyway
+        if room > 0 and end > start:
+            piece = text[start : min(end, start + room)]
+            self._part.append(piece)
+            self._part_len += len(piece)
+
+    def _end_line(self) -> None:
+        n = self._line
+        numbered = _number_lines(["".join(self._part)], n)
+        self._part, self._part_len, self._line = [], 0, n + 1
+        if self._size + len(numbered) > self.budget:
+            if not self.shown:  # one enormous line: show its beginning
+                self.shown.append(numbered[: self.budget] + "\n")
+                self.clipped_at = n
+            else:
+                self.clipped_at = n - 1
+            self._full = True
+            return
+        self.shown.append(numbered)
+        self._size += len(numbered)
+        if self.last is not None and self._line > self.last:
+            self._full = True
 
 
 def _with_newline(text: str) -> str:
@@ -621,14 +789,36 @@ def _check_path(path: str) -> None:
         raise ToolError(f"path is not valid text (a lone surrogate at position {e.start}); remove it") from None
 
 
-def _occurrences(text: str, needle: str) -> list[int]:
-    """Start offsets of the non-overlapping occurrences of ``needle``."""
-    starts = []
+def _occurrences(text: str, needle: str, limit: int) -> list[int]:
+    """Start offsets of the first ``limit`` non-overlapping occurrences of ``needle``."""
+    starts: list[int] = []
     at = text.find(needle)
-    while at >= 0:
+    while at >= 0 and len(starts) < limit:
         starts.append(at)
         at = text.find(needle, at + len(needle))
     return starts
+
+
+def _lines_of(text: str, offsets: list[int]) -> list[int]:
+    """1-based line numbers of ascending character offsets (the text is counted through once)."""
+    lines, line, prev = [], 1, 0
+    for at in offsets:
+        line += text.count("\n", prev, at)
+        lines.append(line)
+        prev = at
+    return lines
+
+
+def _view_bounds(view_range: list | None) -> tuple[int, int | None]:
+    """The lines to keep while scanning: (first, last, None for the end of the file).  A view_range
+    that makes no sense keeps none: ``_check_view_range`` says what is wrong once the file is read
+    (so a binary file is still reported as such first)."""
+    if view_range is None:
+        return 1, None
+    if len(view_range) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in view_range):
+        return 1, 0
+    start, end = view_range
+    return max(1, start), None if end == -1 else end
 
 
 def _check_view_range(view_range: list | None, n_lines: int, path: str) -> tuple[int, int, str]:
