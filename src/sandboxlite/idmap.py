@@ -88,9 +88,9 @@ def make_userns(executor: str, owner: tuple[int, int], to: tuple[int, int]) -> i
         os.waitpid(pid, 0)
 
 
-def idmapped_tree(path: str, userns_fd: int) -> int:
+def idmapped_tree(path: str, userns_fd: int, libc: ctypes.CDLL | None = None) -> int:
     """A detached, read-only (nosuid, nodev) copy of the tree at ``path``, idmapped by ``userns_fd``."""
-    libc = _libc()
+    libc = libc or _libc()
     fd = _check(libc.syscall(SYS_OPEN_TREE, AT_FDCWD, path.encode(),
                              OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE), f"open_tree({path})")  # fmt: skip
     attr = _MountAttr(MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, userns_fd)
@@ -103,9 +103,9 @@ def idmapped_tree(path: str, userns_fd: int) -> int:
     return fd
 
 
-def clone_tree(tree_fd: int) -> int:
+def clone_tree(tree_fd: int, libc: ctypes.CDLL | None = None) -> int:
     """A fresh detached copy of a detached tree (keeps its idmap): one per start."""
-    return _check(_libc().syscall(SYS_OPEN_TREE, tree_fd, b"", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH
+    return _check((libc or _libc()).syscall(SYS_OPEN_TREE, tree_fd, b"", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH
                                   | AT_RECURSIVE), "open_tree(clone)")  # fmt: skip
 
 
@@ -120,6 +120,7 @@ class IdmapCache:
         self._trees: dict[tuple, int] = {}
         self._lock = threading.Lock()
         self.supported = platform.machine() in ("x86_64", "aarch64")
+        self._libc = _libc()  # (a dlopen: ~20 us, not on every start)
 
     def tree(self, path: str, to: tuple[int, int]) -> int:
         """A clone of ``path``'s tree idmapped so that its owner is ``to`` (the caller closes it)."""
@@ -133,5 +134,5 @@ class IdmapCache:
                 ns = self._userns.get(to)
                 if ns is None:
                     ns = self._userns[to] = make_userns(self.executor, self.owner, to)
-                tree = self._trees[key] = idmapped_tree(path, ns)
-        return clone_tree(tree)
+                tree = self._trees[key] = idmapped_tree(path, ns, self._libc)
+        return clone_tree(tree, self._libc)

@@ -76,7 +76,7 @@
  * anything is done; an unknown key, a malformed value, a repeated single key or
  * more values than a key's limit exit EXIT_BAD_OPTION with a message.
  * "launch ..." as the first argument is the launcher mode instead (see launch),
- * "netns" the maker of network namespaces (see make_netns), "userns" the
+ * "netns" the maker of network namespaces (see serve_netns), "userns" the
  * holder of a user namespace while its maps are written (see hold_userns).
  *
  * The protocol block below is checked against sandboxlite/protocol.py (the one
@@ -1447,13 +1447,16 @@ static int launch(int argc, char **argv) {
 }
 
 /* Network namespace mode, for a root caller's pool of namespaces made ahead of
- * time (sandboxlite/netns.py): "netns" with a unix socket on fd 1.  Unshares a
- * user namespace (left without a mapping: nothing ever runs in it) and a
- * network namespace owned by it, brings lo up, and sends the namespace's
- * descriptor on fd 1.  A network namespace owned by the host's initial user
- * namespace would receive the host's device events (NETLINK_KOBJECT_UEVENT);
- * one owned by any other does not, and no sandbox holds a capability over it. */
-static int make_netns(void) {
+ * time (sandboxlite/netns.py): "netns" serves a unix socket on fd 0.  For each
+ * byte it reads, it forks a child that unshares a user namespace (left without
+ * a mapping: nothing ever runs in it) and a network namespace owned by it,
+ * brings lo up and sends the namespace's descriptor back on the socket (one
+ * byte: 'N', or 'E' and no descriptor when it failed, the reason on stderr).
+ * It exits at end of file (the host closed its end, or died).  A network
+ * namespace owned by the host's initial user namespace would receive the
+ * host's device events (NETLINK_KOBJECT_UEVENT); one owned by any other does
+ * not, and no sandbox holds a capability over it. */
+static void send_netns(int sock) {
   if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0) die("unshare(CLONE_NEWUSER|CLONE_NEWNET)");
   int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) die("socket");
@@ -1476,7 +1479,27 @@ static int make_netns(void) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  if (sendmsg(1, &msg, MSG_NOSIGNAL) != 1) die("sending the namespace");
+  if (sendmsg(sock, &msg, MSG_NOSIGNAL) != 1) die("sending the namespace");
+}
+
+static int serve_netns(void) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  char req;
+  while (read(0, &req, 1) == 1) {
+    pid_t pid = fork();
+    if (pid < 0) die("fork");
+    if (pid == 0) {
+      send_netns(0);
+      _exit(0);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      char e = 'E';
+      if (send(0, &e, 1, MSG_NOSIGNAL) != 1) return 0;
+    }
+  }
   return 0;
 }
 
@@ -1495,7 +1518,7 @@ static int hold_userns(void) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "launch") == 0) return launch(argc, argv);
   if (argc == 2 && strcmp(argv[1], "userns") == 0) return hold_userns();
-  if (argc == 2 && strcmp(argv[1], "netns") == 0) return make_netns();
+  if (argc == 2 && strcmp(argv[1], "netns") == 0) return serve_netns();
   parse_options(argc, argv); /* first: a bad option is refused before anything is done */
   /* dispositions survive execve: whatever the host ignored (Python ignores
    * SIGPIPE) must not leak into the sandbox's commands */
