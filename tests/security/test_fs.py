@@ -503,3 +503,37 @@ print(json.dumps(out))
         # a ready-made /dev (root callers, devnodes.py) is read-only: refused before the permission check
         assert {v for k, v in res.items() if k.startswith("mknod") and not k.endswith(" /dev")} == {"EPERM"}, res
         assert {v for k, v in res.items() if k.startswith("mknod") and k.endswith(" /dev")} <= {"EPERM", "EROFS"}, res
+
+
+def test_dotdot_paths_resolve_while_other_sandboxes_mount(image_sb, record):
+    """openat2 with RESOLVE_IN_ROOT answers EAGAIN when a ".." races with a mount anywhere on the
+    machine, and every sandbox start mounts: the file API tries again (a write under two test
+    suites at once failed with EAGAIN)."""
+    import threading
+
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            with Sandbox(rootfs="host") as sb:
+                sb.reset()
+
+    threads = [threading.Thread(target=churn, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    errors: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 4
+        n = 0
+        while time.monotonic() < deadline:
+            try:
+                image_sb.write_file("../" * 40 + f"var/tmp/race-{n % 8}", b"x")
+            except SandboxFileError as e:
+                errors[errno.errorcode[e.errno]] = errors.get(errno.errorcode[e.errno], 0) + 1
+            n += 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    record(f"{n} writes through 40 '..' while two threads start sandboxes", "no error", errors or "none")
+    assert errors == {}

@@ -706,7 +706,12 @@ static int open_in(const char *path, int flags, mode_t mode) {
   how.flags = (unsigned long long)flags;
   how.mode = ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ? mode : 0;
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-  return (int)syscall(SYS_openat2, gen_root, path, &how, sizeof how);
+  /* EAGAIN: a ".." raced with a rename or a mount anywhere on the machine (the kernel could
+   * not prove it stayed inside); other sandboxes mount all the time, so try again */
+  for (int tries = 0;; tries++) {
+    int fd = (int)syscall(SYS_openat2, gen_root, path, &how, sizeof how);
+    if (fd >= 0 || errno != EAGAIN || tries == 100) return fd;
+  }
 }
 
 /* The directory holding `path` (opened in the generation) and its last name. */
