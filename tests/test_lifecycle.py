@@ -386,3 +386,26 @@ def test_a_start_records_its_phases_and_runs_on_the_host_it_is_given():
         assert sum(t.values()) < 30_000  # milliseconds
         assert sb.exec("true").exit_code == 0
     assert isinstance(Host.detect(), Host)
+
+
+def test_a_forked_child_that_drops_or_closes_a_sandbox_leaves_the_parent_s_alone():
+    """A fork copies the Sandbox objects; a child that closes its copy (or ends, and its garbage
+    collector drops it) used to kill the parent's jail through the init's pidfd."""
+    with Sandbox(rootfs="host") as sb:
+        before = sb.info["host_uid"]
+        for how in ("close", "drop"):
+            pid = os.fork()
+            if pid == 0:  # the child
+                try:
+                    if how == "close":
+                        sb.close()
+                    else:  # what the child's garbage collector does when it ends normally
+                        sb._jail.__del__()
+                finally:
+                    os._exit(0)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            assert sb.exec("echo still here").stdout == b"still here\n", how
+        assert sb.info["host_uid"] == before
+        with Sandbox(rootfs="host") as other:  # the uid is still the parent's alone
+            assert other.info["host_uid"] != before

@@ -265,6 +265,7 @@ class Jail:
         self._info_r: int | None = None
         self._lease = None  # the host uid lease (slots.py), given back once nothing runs as it
         self.uid_note = ""  # why this jail shares its host uid with others (when it does)
+        self._owner = os.getpid()  # a forked child holds copies: it must not tear the jail down
         self.closed = False
 
     # -- boot --------------------------------------------------------------------------------
@@ -352,10 +353,14 @@ class Jail:
         return self._init_pidfd is None or not _wait_readable(self._init_pidfd, 0)
 
     def teardown(self) -> None:
-        """Kill the jail and free everything; safe to call more than once."""
+        """Kill the jail and free everything; safe to call more than once.  In a forked child of the
+        process that started it, only the child's copies of its descriptors are closed."""
         if self.closed:
             return
         self.closed = True
+        if os.getpid() != self._owner:
+            self._close_copies()
+            return
         if self.chan is not None:
             self.chan.close()  # the executor sees EOF and exits: the PID namespace dies with it
         if self.pid is not None and self.status is None:
@@ -379,6 +384,16 @@ class Jail:
         if self._lease is not None and (self.pid is None or self.status is not None):
             self._lease.release()  # bwrap is reaped: with the PID namespace, all of the jail is gone
             self._lease = None
+
+    def _close_copies(self) -> None:
+        if self.chan is not None:
+            self.chan.close()  # our copies only: the executor still has the owner's end
+        for name in ("_pidfd", "_init_pidfd", "_err_r", "_info_r"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+        self.cgroup = self._lease = None  # the owner's
 
     def __del__(self) -> None:
         # dropped without teardown() (a caller of launch() that lost it): nothing may outlive it
