@@ -79,6 +79,7 @@ class Host:
     # this Host's own descriptors (``dataclasses.replace`` gives a copy fresh ones)
     _fds: dict = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _devs: set = field(default_factory=set, init=False, repr=False)  # per-uid /dev directories checked
 
     @classmethod
     def detect(cls, env: Mapping[str, str] | None = None) -> "Host":
@@ -125,11 +126,11 @@ class Host:
             return None
         path = f"{devnodes.DIR_PREFIX}{uid}"
         with self._lock:
-            if path in self._fds.setdefault("devs", set()):
+            if path in self._devs:
                 return path
             got, _why = devnodes.prepare({}, 0, path)
             if got is not None:
-                self._fds["devs"].add(path)
+                self._devs.add(path)
             return got
 
     def executor_fd(self) -> int:
