@@ -171,7 +171,8 @@ class Sandbox:
             "cgroup": [str(d) for d in cg.dirs] if cg else None,
             "cgroup_note": p.cgroup.reason,
             "memory_limit": f"cgroup {lim.memory_mb} MiB" if cg and lim.memory_mb else (
-                f"RLIMIT_AS {lim.memory_mb} MiB" if lim.memory_mb else "none"),
+                f"RLIMIT_AS {lim.memory_mb} MiB per process; memfd_create and shmget unavailable (no rlimit "
+                "counts their memory)" if lim.memory_mb else "none"),
             "pids_limit": f"cgroup {lim.pids}" if cg and lim.pids else (f"RLIMIT_NPROC {lim.pids}" if lim.pids else "none"),
             "copy_on_write_root": p.copy_on_write,
             "copy_on_write_note": p.cow_reason,
