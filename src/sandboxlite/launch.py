@@ -23,6 +23,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from . import containers
 from . import rootfs as rootfs_mod
 from ._cmdio import Proc
 from .config import SandboxConfig, base_env, check_env_pair, resolve_path
@@ -214,20 +215,20 @@ def _new_cgroup(p: JailPlan, host: Host):
         ) from None
 
 
-def diagnose(stderr: str) -> SandboxError:
-    """Turn bwrap's complaint into an error that says what to do."""
+def diagnose(stderr: str, facts: "containers.Facts | None" = None) -> SandboxError:
+    """Turn bwrap's complaint into an error that names its real cause and what to do
+    (``facts``: what bears on it, read from this machine when not given)."""
     s = stderr.strip()
     low = s.lower()
-    if "uid map" in low or "new namespace" in low or "unshare" in low or "operation not permitted" in low:
-        return SetupError(
-            f"bwrap could not create the sandbox's namespaces: {s}",
-            hint="enable unprivileged user namespaces (sysctl -w kernel.unprivileged_userns_clone=1; "
-            "on Ubuntu >= 23.10: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0); inside Docker, "
-            "run with --security-opt seccomp=unconfined --security-opt apparmor=unconfined. "
-            "Run `sandboxlite doctor` for details.",
-        )
+    cause = containers.explain(s, facts if facts is not None else containers.Facts.read())
+    if cause is not None:
+        return SetupError(f"bwrap could not set up the sandbox: {cause.message} ({s})",
+                          hint=f"{cause.hint}. Run `sandboxlite doctor` for details.")  # fmt: skip
     if "can't find source path" in low:
         return ConfigError("mounts", f"bwrap: {s}", hint="check that every mount source exists on the host")
+    if "sandboxlite-executor:" in low:  # the jail came up; the executor could not build its filesystem
+        return SetupError(f"the sandbox's executor could not set it up: {s}",
+                          hint="run `sandboxlite doctor`; if it finds nothing, report this with the message")  # fmt: skip
     if "/proc/self/fd" in low or "execvp" in low:
         return SetupError(f"bwrap could not start the executor: {s}", hint="run `sandboxlite doctor`")
     return SandboxCrashed(f"the sandbox failed to start: {s or 'bwrap exited without a message'}")

@@ -1,0 +1,106 @@
+"""containers.py and launch.diagnose: what stops a jail, named from bwrap's real message.
+
+The pure part runs on bwrap's messages as seen in Docker and podman (issue 16); the real part
+makes the same conditions here: a seccomp profile that refuses namespaces (like a container
+runtime's default), and a masked /proc (a path of it covered, as runtimes do)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sandboxlite import SandboxCrashed, SetupError
+from sandboxlite.containers import Facts, detect, explain, recipe
+from sandboxlite.launch import diagnose
+
+NO_USERNS = ("bwrap: No permissions to create new namespace, likely because the kernel does not allow "
+             "non-privileged user namespaces.")  # fmt: skip
+SECCOMPED = Facts(runtime="docker", evidence="/.dockerenv exists", seccomp_mode="2", max_user_namespaces="15000")
+
+
+@pytest.mark.parametrize("stderr, facts, kind, says", [
+    (NO_USERNS, SECCOMPED, "seccomp", "seccomp profile that refuses the namespaces"),
+    (NO_USERNS, Facts(max_user_namespaces="0"), "userns-sysctl", "user.max_user_namespaces = 0"),
+    (NO_USERNS, Facts(unprivileged_userns_clone="0", euid=1000), "userns-sysctl", "unprivileged_userns_clone = 0"),
+    (NO_USERNS, Facts(apparmor_restrict="1", euid=1000), "apparmor", "AppArmor"),
+    ("bwrap: Can't mount proc on /newroot/proc: Operation not permitted", SECCOMPED, "masked-proc", "/proc is masked"),
+    ("bwrap: Can't set hostname to sandbox: Operation not permitted", Facts(runtime="podman", evidence="x"),
+     "hostname", "sethostname"),
+    ("bwrap: pivot_root: Operation not permitted", SECCOMPED, "pivot-root", "pivot_root was refused"),
+])  # fmt: skip
+def test_each_refusal_is_named_by_its_real_cause(stderr, facts, kind, says):
+    cause = explain(stderr, facts)
+    assert cause is not None and cause.kind == kind and says in cause.message, cause
+    if facts.runtime:
+        assert cause.hint.startswith(f"{facts.runtime}:") or facts.runtime in cause.hint
+
+
+def test_no_sysctl_advice_for_a_sysctl_this_kernel_does_not_have():
+    cause = explain(NO_USERNS, SECCOMPED)
+    assert "unprivileged_userns_clone" not in cause.message + cause.hint  # Docker's case: seccomp, said so
+    assert "seccomp=unconfined" in cause.hint and "systempaths=unconfined" in cause.hint
+
+
+def test_the_executor_s_own_failures_are_not_called_a_namespace_problem():
+    msg = "sandboxlite-executor: generation: devpts /.sl/gen/r/dev/pts: Operation not permitted"
+    assert explain(msg, SECCOMPED) is None
+    err = diagnose(msg, SECCOMPED)
+    assert isinstance(err, SetupError) and "executor could not set it up" in err.message
+    assert "namespace" not in err.message and "sysctl" not in (err.hint or "")
+    assert isinstance(diagnose("bwrap: something new", Facts()), SandboxCrashed)
+
+
+def test_the_runtime_is_detected_from_the_marks_it_leaves(tmp_path):
+    assert detect(str(tmp_path), {}) == (None, "")
+    assert detect(str(tmp_path), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"})[0] == "kubernetes"
+    (tmp_path / "proc/1").mkdir(parents=True)
+    (tmp_path / "proc/1/cgroup").write_text("0::/system.slice/docker-abc.scope\n")
+    assert detect(str(tmp_path), {}) == ("docker", "PID 1's cgroup names docker")
+    (tmp_path / ".dockerenv").write_text("")
+    assert detect(str(tmp_path), {}) == ("docker", "/.dockerenv exists")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/.containerenv").write_text('engine="podman-4.3.1"\n')
+    assert detect(str(tmp_path), {})[0] == "podman"
+    assert recipe("podman").startswith("podman: podman run") and "unmask=ALL" in recipe("podman")
+    assert all(r in recipe(None) for r in ("docker:", "podman:", "kubernetes:"))
+
+
+# -- the same conditions, made here -----------------------------------------------------------------
+
+UNDER_A_RUNTIME_PROFILE = r"""
+import errno, pyseccomp as sc
+f = sc.SyscallFilter(defaction=sc.ALLOW)   # what a container runtime's default profile refuses
+f.add_rule(sc.ERRNO(errno.EPERM), "unshare")
+f.add_rule(sc.ERRNO(errno.EPERM), "setns")
+f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, 0x10000000, 0x10000000))  # CLONE_NEWUSER
+f.load()
+from sandboxlite import Sandbox, SandboxError
+try:
+    Sandbox(rootfs="host")
+    print("started")
+except SandboxError as e:
+    print(type(e).__name__, e.message, "HINT", e.hint)
+"""
+
+
+def test_under_a_profile_that_refuses_namespaces_the_error_says_so():
+    r = subprocess.run([sys.executable, "-c", UNDER_A_RUNTIME_PROFILE], capture_output=True, text=True, timeout=120)
+    assert r.stdout.startswith("SetupError"), (r.stdout, r.stderr[-2000:])
+    assert "seccomp profile that refuses the namespaces" in r.stdout
+    assert "seccomp=unconfined" in r.stdout.split("HINT", 1)[1]
+    assert "unprivileged_userns_clone" not in r.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="covering part of /proc takes root (a mount namespace of our own)")
+def test_with_a_masked_proc_the_error_says_so():
+    probe = ("from sandboxlite import Sandbox, SandboxError\ntry:\n    Sandbox(rootfs='host')\n    print('started')\n"
+             "except SandboxError as e:\n    print(type(e).__name__, e.message)\n")  # fmt: skip
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                        f'mount -t tmpfs masked /proc/bus && exec "{sys.executable}" -c "$0"', probe],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.stdout.startswith("SetupError"), (r.stdout, r.stderr[-2000:])
+    assert "cannot mount its own /proc" in r.stdout and "masked" in r.stdout
