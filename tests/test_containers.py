@@ -104,3 +104,34 @@ def test_with_a_masked_proc_the_error_says_so():
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.stdout.startswith("SetupError"), (r.stdout, r.stderr[-2000:])
     assert "cannot mount its own /proc" in r.stdout and "masked" in r.stdout
+
+
+def _doctor_json(prelude: str = "") -> tuple[int, dict]:
+    code = prelude + "\nimport sys\nfrom sandboxlite.cli import main\nsys.argv = ['sandboxlite', 'doctor', '--json']\nmain()\n"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    import json
+
+    return r.returncode, json.loads(r.stdout)
+
+
+def test_doctor_json_lists_every_check_it_tried():
+    rc, out = _doctor_json()
+    names = [c["name"] for c in out["checks"]]
+    assert rc == 0 and out["ok"] is True, out
+    for name in ("container", "bubblewrap", "user namespaces", "seccomp", "cgroups", "identity", "executor",
+                 "rootfs", "sandbox"):  # fmt: skip
+        assert name in names
+    userns = next(c for c in out["checks"] if c["name"] == "user namespaces")
+    assert userns["status"] == "ok" and userns["detail"].startswith("a child made one")
+
+
+def test_doctor_under_a_profile_that_refuses_namespaces_fails_and_says_why():
+    """It used to say "user namespaces: ok" there (it only read sysctls)."""
+    prelude = UNDER_A_RUNTIME_PROFILE.split("from sandboxlite import Sandbox")[0]
+    rc, out = _doctor_json(prelude)
+    by = {c["name"]: c for c in out["checks"]}
+    assert rc == 1 and out["ok"] is False
+    assert by["user namespaces"]["status"] == "fail"
+    assert "seccomp profile that refuses the namespaces" in by["user namespaces"]["detail"]
+    assert "seccomp=unconfined" in by["user namespaces"]["hint"]
+    assert by["seccomp"]["status"] == "fail"

@@ -48,18 +48,26 @@ def main() -> None:
 
 
 @main.command()
-def doctor() -> None:
-    """Check that this host can run sandboxes, and say how to fix what is missing."""
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the machine and every check (for scripts).")
+def doctor(as_json: bool) -> None:
+    """Check that this host can run sandboxes, and say how to fix what is missing (exit 1 on a failure)."""
+    import dataclasses
+    import json
+
     from .doctor import header, run_checks
 
+    checks = run_checks()
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        click.echo(json.dumps({"host": header(), "ok": not failed, "checks": [dataclasses.asdict(c) for c in checks]},
+                              indent=1))  # fmt: skip
+        sys.exit(1 if failed else 0)
     click.echo(header())
     marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
-    failed = False
-    for c in run_checks():
+    for c in checks:
         click.echo(f"[{marks[c.status]}] {c.name}: {c.detail}")
         if c.hint and c.status != "ok":
             click.echo(f"       Hint: {c.hint}")
-        failed |= c.status == "fail"
     sys.exit(1 if failed else 0)
 
 

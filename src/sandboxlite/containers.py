@@ -119,20 +119,26 @@ def explain(stderr: str, facts: Facts) -> Cause | None:
                      "CAP_SYS_ADMIN is not enough)", recipe(facts.runtime))  # fmt: skip
     ns_words = ("new namespace", "uid map", "unshare", "clone", "no permissions to create")
     if any(w in low for w in ns_words):
-        if facts.max_user_namespaces == "0":
-            return Cause("userns-sysctl", "user namespaces are turned off (user.max_user_namespaces = 0)",
-                         "sysctl -w user.max_user_namespaces=15000 (persist it in /etc/sysctl.d/)")  # fmt: skip
-        if facts.unprivileged_userns_clone == "0" and facts.euid != 0:
-            return Cause("userns-sysctl", "unprivileged user namespaces are turned off "
-                         "(kernel.unprivileged_userns_clone = 0)", "sysctl -w kernel.unprivileged_userns_clone=1")  # fmt: skip
-        if facts.apparmor_restrict == "1":
-            return Cause("apparmor", "AppArmor restricts unprivileged user namespaces",
-                         "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile "
-                         "allowing userns for /usr/bin/bwrap")  # fmt: skip
-        if facts.seccomp_mode == "2":
-            return Cause("seccomp", f"this process runs under a seccomp profile that refuses the namespaces a jail "
-                         f"needs{where} (a container runtime's default profile does)",
-                         recipe(facts.runtime))  # fmt: skip
-        return Cause("other", f"the kernel refused the jail's namespaces{where}",
-                     f"{recipe(facts.runtime) if facts.runtime else 'run `sandboxlite doctor`'}")  # fmt: skip
+        return namespace_cause(facts)
     return None
+
+
+def namespace_cause(facts: Facts) -> Cause:
+    """Why the kernel refuses this process a user namespace (bwrap said so, or a probe saw it)."""
+    where = f" ({facts.runtime}: {facts.evidence})" if facts.runtime else ""
+    if facts.max_user_namespaces == "0":
+        return Cause("userns-sysctl", "user namespaces are turned off (user.max_user_namespaces = 0)",
+                     "sysctl -w user.max_user_namespaces=15000 (persist it in /etc/sysctl.d/)")  # fmt: skip
+    if facts.unprivileged_userns_clone == "0" and facts.euid != 0:
+        return Cause("userns-sysctl", "unprivileged user namespaces are turned off "
+                     "(kernel.unprivileged_userns_clone = 0)", "sysctl -w kernel.unprivileged_userns_clone=1")  # fmt: skip
+    if facts.apparmor_restrict == "1":
+        return Cause("apparmor", "AppArmor restricts unprivileged user namespaces",
+                     "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile "
+                     "allowing userns for /usr/bin/bwrap")  # fmt: skip
+    if facts.seccomp_mode == "2":
+        return Cause("seccomp", f"this process runs under a seccomp profile that refuses the namespaces a jail "
+                     f"needs{where} (a container runtime's default profile does)",
+                     recipe(facts.runtime))  # fmt: skip
+    return Cause("other", f"the kernel refused the jail's namespaces{where}",
+                 f"{recipe(facts.runtime) if facts.runtime else 'run `sandboxlite doctor`'}")  # fmt: skip

@@ -11,7 +11,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bwrap, cgroups, devnodes, executor, rootfs, seccomp
+from . import bwrap, cgroups, containers, devnodes, executor, rootfs, seccomp
 from .errors import SandboxError
 from .host import default_host
 
@@ -40,25 +40,38 @@ def check_bwrap() -> Check:
     return Check("bubblewrap", "ok", f"{info.path} {info.version_str}{extra}")
 
 
+def probe_userns() -> str | None:
+    """Try what a jail needs first: a user namespace, in a child process (None: it worked; else why not)."""
+    import subprocess
+
+    try:
+        exe = str(executor.executor_path())
+        p = subprocess.run([exe, "userns"], input=b"", capture_output=True, timeout=10)
+    except SandboxError as e:
+        return e.message
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if p.stdout == b"u":
+        return None
+    return p.stderr.decode(errors="replace").strip() or f"exit status {p.returncode}"
+
+
 def check_userns() -> Check:
-    clone = _read("/proc/sys/kernel/unprivileged_userns_clone")
-    maxns = _read("/proc/sys/user/max_user_namespaces")
-    apparmor = _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
-    if clone == "0" and os.geteuid() != 0:
-        return Check(
-            "user namespaces", "fail", "kernel.unprivileged_userns_clone = 0",
-            "sysctl -w kernel.unprivileged_userns_clone=1 (persist it in /etc/sysctl.d/)",
-        )  # fmt: skip
-    if maxns == "0":
-        return Check("user namespaces", "fail", "user.max_user_namespaces = 0", "sysctl -w user.max_user_namespaces=15000")
-    if apparmor == "1" and os.geteuid() != 0:
-        return Check(
-            "user namespaces", "warn",
-            "AppArmor restricts unprivileged user namespaces (Ubuntu >= 23.10)",
-            "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or add an AppArmor profile allowing "
-            "userns for /usr/bin/bwrap",
-        )  # fmt: skip
-    return Check("user namespaces", "ok", f"max_user_namespaces={maxns}")
+    facts = containers.Facts.read()
+    why = probe_userns()
+    if why is None:
+        return Check("user namespaces", "ok", f"a child made one (max_user_namespaces={facts.max_user_namespaces})")
+    cause = containers.namespace_cause(facts)
+    return Check("user namespaces", "fail", f"a child could not make one ({why}): {cause.message}", cause.hint)
+
+
+def check_container() -> Check:
+    """Which container runtime (if any) this runs in: it decides what a jail may do here."""
+    facts = containers.Facts.read()
+    if facts.runtime is None:
+        return Check("container", "ok", "none detected")
+    return Check("container", "ok", f"{facts.runtime} ({facts.evidence}): the rows below say whether sandboxes "
+                 "can start in it, and if not, how to run the container")  # fmt: skip
 
 
 def check_seccomp() -> Check:
@@ -66,28 +79,41 @@ def check_seccomp() -> Check:
         n = len(seccomp.filter_bytes()) // 8
     except SandboxError as e:
         return Check("seccomp", "fail", e.message, e.hint or "")
-    status = _read("/proc/self/status") or ""
-    mode = next((line.split()[1] for line in status.splitlines() if line.startswith("Seccomp:")), "0")
-    if mode == "2":
-        return Check(
-            "seccomp", "warn",
-            f"filter built ({n} BPF instructions), but this process already runs under a seccomp filter "
-            "(Docker's default profile blocks the namespaces sandboxes need)",
-            "run the container with --security-opt seccomp=unconfined (and apparmor=unconfined)",
-        )  # fmt: skip
-    return Check("seccomp", "ok", f"filter built ({n} BPF instructions, {len(seccomp.DENIED_SYSCALLS)} calls denied)")
+    facts = containers.Facts.read()
+    built = f"filter built ({n} BPF instructions, {len(seccomp.DENIED_SYSCALLS)} calls denied)"
+    if facts.seccomp_mode == "2":  # a filter of the caller's (a container's profile) is on this process too
+        if probe_userns() is None:
+            return Check("seccomp", "ok", f"{built}; this process runs under a filter of its own, which allows "
+                         "the namespaces a jail needs")  # fmt: skip
+        cause = containers.namespace_cause(facts)
+        return Check("seccomp", "fail", f"{built}; {cause.message}", cause.hint)
+    return Check("seccomp", "ok", built)
 
 
 def check_cgroups() -> Check:
     s = cgroups.detect()
     if s.kind:
         return Check("cgroups", "ok", f"{s.kind} at {s.reason}: memory and pids limits per sandbox")
-    return Check(
-        "cgroups", "warn",
-        f"unavailable ({s.reason}); using RLIMIT_NPROC (per user namespace) and RLIMIT_AS instead",
-        "for exact memory limits, delegate a cgroup v2 subtree: "
-        "systemd-run --user --scope -p Delegate=yes ... and set SANDBOXLITE_CGROUP_PARENT",
-    )  # fmt: skip
+    fallback = "sandboxes use RLIMIT_AS (per process) and RLIMIT_NPROC instead, and tmpfs use is charged to no limit"
+    root = Path("/sys/fs/cgroup")
+    v2 = (root / "cgroup.controllers").exists()
+    try:
+        read_only = bool(os.statvfs(root).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    runtime = containers.Facts.read().runtime
+    if read_only:
+        why = f"/sys/fs/cgroup is mounted read-only{f' (by {runtime})' if runtime else ''}"
+        hint = ("give the container a writable cgroup tree (docker/podman --privileged, or a delegated cgroup v2 "
+                "subtree mounted read-write) and set SANDBOXLITE_CGROUP_PARENT to it")  # fmt: skip
+    elif v2:
+        why = s.reason
+        hint = ("delegate a cgroup v2 subtree (systemd-run --user --scope -p Delegate=yes ...) and set "
+                "SANDBOXLITE_CGROUP_PARENT to it")  # fmt: skip
+    else:
+        why = s.reason
+        hint = "cgroup v1: only root can make cgroups; run as root for per-sandbox memory and pids limits"
+    return Check("cgroups", "warn", f"unavailable: {why}; {fallback}", hint)
 
 
 def check_executor() -> Check:
@@ -245,6 +271,7 @@ def check_sandbox() -> Check:
 
 def run_checks() -> list[Check]:
     checks = [
+        check_container(),
         check_bwrap(),
         check_userns(),
         check_seccomp(),
