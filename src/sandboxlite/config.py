@@ -113,7 +113,8 @@ class Limits:
 class SandboxConfig:
     """Everything that defines a sandbox.
 
-    rootfs: ``"auto"`` (the built default image when present, else ``"host"``),
+    rootfs: ``"auto"`` (``$SANDBOXLITE_ROOTFS``, else the built default image, else the only
+        built image, else ``"host"``, with a logged warning: ``rootfs.auto_choice``),
         ``"host"`` (the host's /usr and a minimal /etc, read-only), the name of a
         built image, or a path to a root filesystem directory.
     mounts: host paths to show inside (``Mount`` objects or ``"SRC:DST[:ro|rw]"``).

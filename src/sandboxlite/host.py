@@ -19,6 +19,7 @@ the environment variables it was detected from (so setting, say,
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import resource
 import threading
@@ -80,6 +81,7 @@ class Host:
     _fds: dict = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _devs: set = field(default_factory=set, init=False, repr=False)  # per-uid /dev directories checked
+    _warned: set = field(default_factory=set, init=False, repr=False)
 
     @classmethod
     def detect(cls, env: Mapping[str, str] | None = None) -> "Host":
@@ -118,6 +120,15 @@ class Host:
         """The host uid images are owned by: the jails run as this uid, or (``uids``) as one of a range
         with their image idmapped to it."""
         return self.run_as[0] if self.run_as is not None else self.euid
+
+    def warn_once(self, key: str, message: str) -> None:
+        """Log ``message`` (logger ``sandboxlite``, WARNING) the first time ``key`` comes up on this Host:
+        a weaker setting chosen by ``auto`` is never silent, nor repeated for every sandbox."""
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        logging.getLogger("sandboxlite").warning(message)
 
     def dev_for(self, uid: int) -> str | None:
         """The ready-made /dev of sandboxes running as ``uid`` (its nodes are its own: another

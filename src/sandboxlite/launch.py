@@ -59,6 +59,9 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
     pid the jail's init has): for tests that break a start half-way."""
     t0 = time.perf_counter()
     root = rootfs_mod.resolve(config.rootfs)
+    if config.rootfs == "auto" and root.kind == "host":
+        host.warn_once("rootfs-auto-host", f"rootfs='auto': {rootfs_mod.auto_choice()[1]} (build the default "
+                       f"image: sandboxlite rootfs build {rootfs_mod.DEFAULT_PROFILE})")  # fmt: skip
     owner = os.stat(root.path).st_uid if root.kind == "dir" else None
     lease = host.uids.lease() if host.uids is not None else None
     tree_fd = None
@@ -83,6 +86,10 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
         pool = host.netns if netns_wanted(config, host) else None
         net_fd = pool.take() if pool is not None else None
         p = plan(config, host, root, image_owner=owner, netns_ready=net_fd is not None, slot=slot)
+        if config.cgroups == "auto" and p.cgroup.mode == "off":
+            host.warn_once("cgroups-auto-off", f"cgroups='auto': no cgroups here ({p.cgroup.reason}); memory and "
+                           "processes are limited by rlimits per process, tmpfs use by no limit (cgroups='required' "
+                           "refuses to start instead; `sandboxlite doctor` says how to get cgroups)")  # fmt: skip
         jail = launch(p, host, net_fd=net_fd, lower_fd=tree_fd, start_timeout=start_timeout, on_phase=on_phase,
                       t0=t0, lease=lease)  # fmt: skip
         lease = None  # the jail gives it back when it is torn down

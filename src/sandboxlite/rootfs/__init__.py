@@ -25,6 +25,7 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,11 +107,31 @@ def image_root(name: str) -> Path:
     return images_dir() / name / "root"
 
 
+def auto_choice(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """What ``rootfs="auto"`` means here, and why: ``$SANDBOXLITE_ROOTFS``, else the default image
+    (``science``) when it is built, else the only built image, else the host's ``/usr`` (the
+    reason then says so: a weaker root, which the caller is told of)."""
+    env = os.environ if env is None else env
+    chosen = env.get("SANDBOXLITE_ROOTFS", "").strip()
+    if chosen and chosen != "auto":
+        return chosen, "SANDBOXLITE_ROOTFS"
+    if (image_root(DEFAULT_PROFILE).parent / "manifest.json").is_file():
+        return DEFAULT_PROFILE, "the default image"
+    try:
+        built = sorted(d.name for d in images_dir().iterdir() if (d / "manifest.json").is_file())
+    except OSError:
+        built = []
+    if len(built) == 1:
+        return built[0], "the only built image"
+    why = (f"no image is built ({DEFAULT_PROFILE!r} would be the default)" if not built else
+           f"several images are built ({', '.join(built)}), none of them {DEFAULT_PROFILE!r}: set SANDBOXLITE_ROOTFS")
+    return "host", f"{why}; the host's /usr is used read-only, without a copy-on-write root"
+
+
 def resolve(spec: str) -> RootfsPlan:
     """Turn a rootfs spec (``auto``, ``host``, an image name, a directory) into a plan."""
     if spec == "auto":
-        root = image_root(DEFAULT_PROFILE)
-        spec = DEFAULT_PROFILE if (root.parent / "manifest.json").is_file() else "host"
+        spec = auto_choice()[0]
     if spec == "host":
         return host_plan()
     if "/" not in spec:
