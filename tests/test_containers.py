@@ -135,3 +135,67 @@ def test_doctor_under_a_profile_that_refuses_namespaces_fails_and_says_why():
     assert "seccomp profile that refuses the namespaces" in by["user namespaces"]["detail"]
     assert "seccomp=unconfined" in by["user namespaces"]["hint"]
     assert by["seccomp"]["status"] == "fail"
+
+
+# -- the shipped profile ----------------------------------------------------------------------------
+
+UNDER_THE_SHIPPED_PROFILE = r"""
+import errno, json, sys, pyseccomp as sc
+prof = json.loads(sys.argv[1])
+assert prof["defaultAction"] == "SCMP_ACT_ALLOW"
+f = sc.SyscallFilter(defaction=sc.ALLOW)   # what the runtime loads from the profile
+for rule in prof["syscalls"]:
+    assert rule["action"] == "SCMP_ACT_ERRNO"
+    for name in rule["names"]:
+        try:
+            f.add_rule(sc.ERRNO(rule["errnoRet"]), name)
+        except (ValueError, OSError):
+            pass  # not a system call of this architecture: the runtimes skip it too
+f.load()
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+keyctl = libc.syscall(250, 0, 0, 0, 0, 0)  # keyctl(KEYCTL_GET_KEYRING_ID) on x86_64
+out = {"keyctl": errno.errorcode.get(ctypes.get_errno()) if keyctl < 0 else "ok"}
+from sandboxlite import Sandbox
+with Sandbox() as sb:
+    out["exec"] = sb.exec("echo hi > /usr/local/x && cat /usr/local/x").stdout.decode()
+    sb.reset()
+    out["after reset"] = sb.exec("cat /usr/local/x 2>&1 || true").stdout.decode()
+    out["cow"] = sb.info["copy_on_write_root"]
+print(json.dumps(out))
+"""
+
+
+def test_the_shipped_profile_lets_a_jail_start_and_still_refuses_the_rest():
+    """`sandboxlite container-profile`, loaded as a runtime loads it, under the sandbox and the rest
+    of the process: the jail (copy-on-write root, reset) works, keyctl is still refused."""
+    import json
+    import platform
+
+    from sandboxlite.container_profile import JAIL_NEEDS, profile
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the probe's keyctl number is x86_64's")
+    prof = profile("docker")
+    denied = prof["syscalls"][0]["names"]
+    assert not set(JAIL_NEEDS) & set(denied) and {"keyctl", "bpf", "kexec_load", "io_uring_setup"} <= set(denied)
+    assert profile("podman")["syscalls"] == prof["syscalls"]
+    r = subprocess.run([sys.executable, "-c", UNDER_THE_SHIPPED_PROFILE, json.dumps(prof)], capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["keyctl"] == "EPERM" and out["exec"] == "hi\n" and "No such file" in out["after reset"]
+    assert out["cow"] is True
+
+
+def test_the_cli_prints_the_profile():
+    import json
+
+    from click.testing import CliRunner
+
+    from sandboxlite.cli import main
+
+    r = CliRunner().invoke(main, ["container-profile", "podman"])
+    assert r.exit_code == 0 and json.loads(r.output)["defaultAction"] == "SCMP_ACT_ALLOW"
+    assert CliRunner().invoke(main, ["container-profile", "lxc"]).exit_code == 2

@@ -71,6 +71,21 @@ def doctor(as_json: bool) -> None:
     sys.exit(1 if failed else 0)
 
 
+@main.command(name="container-profile")
+@click.argument("runtime", type=click.Choice(["docker", "podman"]), default="docker")
+def container_profile(runtime: str) -> None:
+    """Print a seccomp profile (JSON) for the container sandboxlite runs in: the runtime's default
+    refusals, except the namespace and mount calls a jail is built with.
+
+    docker run --security-opt seccomp=<(sandboxlite container-profile) --security-opt systempaths=unconfined ...
+    """
+    import json
+
+    from .container_profile import profile
+
+    click.echo(json.dumps(profile(runtime), indent=1))
+
+
 @main.command(name="exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--rootfs", default="auto", show_default=True, help='"auto", "host", an image name or a directory.')
 @click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:ro|rw]", help="Show a host path inside (repeatable).")

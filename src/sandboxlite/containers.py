@@ -22,15 +22,19 @@ RUNTIMES = ("docker", "podman", "kubernetes")
 # namespaces a jail needs, and its masked /proc makes the kernel refuse the jail a /proc of its own.
 RECIPES = {
     "docker": (
-        "docker run --security-opt seccomp=unconfined --security-opt systempaths=unconfined "
-        "--security-opt apparmor=unconfined ...  (systempaths=unconfined unmasks the container's /proc, "
-        "which the jail needs to mount a /proc of its own; --cap-add SYS_ADMIN alone is not enough)"
+        "docker run --security-opt seccomp=sandboxlite.json --security-opt systempaths=unconfined "
+        "--security-opt apparmor=unconfined ...  (sandboxlite.json from `sandboxlite container-profile docker`, "
+        "or seccomp=unconfined; systempaths=unconfined unmasks the container's /proc, which the jail needs to "
+        "mount a /proc of its own; --cap-add SYS_ADMIN alone is not enough)"
     ),
-    "podman": "podman run --security-opt seccomp=unconfined --security-opt unmask=ALL ...",
+    "podman": (
+        "podman run --security-opt seccomp=sandboxlite.json --security-opt unmask=ALL ...  (sandboxlite.json "
+        "from `sandboxlite container-profile podman`, or seccomp=unconfined)"
+    ),
     "kubernetes": (
-        "a pod with securityContext.seccompProfile.type: Unconfined (or a Localhost profile that allows "
-        "namespaces), AppArmor unconfined where nodes use AppArmor, and procMount: Unmasked (which needs "
-        "hostUsers: false); or privileged: true"
+        "a pod with securityContext.seccompProfile {type: Localhost, localhostProfile: sandboxlite.json} "
+        "(`sandboxlite container-profile docker`, placed on the nodes) or Unconfined, AppArmor unconfined "
+        "where nodes use AppArmor, and procMount: Unmasked (which needs hostUsers: false); or privileged: true"
     ),
 }
 
