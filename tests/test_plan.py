@@ -238,3 +238,14 @@ def test_an_image_of_another_owner_is_not_idmapped_and_has_no_copy_on_write():
     # without a slot (uids shared, SANDBOXLITE_UID_RANGE=off): as before, run_as owns the image
     shared = plan(SandboxConfig(), host, PLAN, image_owner=999)
     assert shared.run_as == (999, 998) and shared.copy_on_write and not shared.idmapped
+
+
+def test_hostname_none_sets_none():
+    """Where sethostname is refused (podman's default profile), hostname=None leaves it alone."""
+    assert "--hostname" not in argv(hostname=None)
+    assert pairs(argv(), "--hostname") == ["sandbox"]
+    from sandboxlite.config import base_env
+
+    assert "HOSTNAME" not in base_env(SandboxConfig(hostname=None))
+    with pytest.raises(Exception, match="1-64 characters or None"):
+        SandboxConfig(hostname="")

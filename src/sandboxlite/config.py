@@ -130,7 +130,9 @@ class SandboxConfig:
     network: str = "none"
     env: Mapping[str, str] = field(default_factory=dict)
     workdir: str = "/testbed"
-    hostname: str = "sandbox"
+    # None: not set (the UTS namespace keeps the parent's name), where sethostname is refused (podman's
+    # default seccomp profile refuses it)
+    hostname: str | None = "sandbox"
     cgroups: str = "auto"
 
     def __post_init__(self) -> None:
@@ -176,8 +178,9 @@ class SandboxConfig:
             check_env_pair(k, v)
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "workdir", _check_abs("workdir", self.workdir))
-        if not isinstance(self.hostname, str) or not self.hostname or len(self.hostname) > 64:
-            raise ConfigError("hostname", f"must be 1-64 characters, got {self.hostname!r}")
+        if self.hostname is not None and (not isinstance(self.hostname, str) or not self.hostname
+                                          or len(self.hostname) > 64):  # fmt: skip
+            raise ConfigError("hostname", f"must be 1-64 characters or None, got {self.hostname!r}")
 
     def replace(self, **changes: Any) -> "SandboxConfig":
         return dataclasses.replace(self, **changes)
@@ -207,7 +210,7 @@ def base_env(config: SandboxConfig) -> dict[str, str]:
         "SHELL": "/bin/bash",
         "LANG": "C.UTF-8",
         "TERM": "dumb",
-        "HOSTNAME": config.hostname,
+        **({"HOSTNAME": config.hostname} if config.hostname else {}),
         "TMPDIR": "/tmp",
         "MPLBACKEND": "Agg",
         "PYTHONDONTWRITEBYTECODE": "1",

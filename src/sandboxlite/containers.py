@@ -117,7 +117,8 @@ def explain(stderr: str, facts: Facts) -> Cause | None:
                      recipe(facts.runtime))  # fmt: skip
     if "sethostname" in low or "set hostname" in low:
         return Cause("hostname", f"setting the sandbox's hostname was refused{where}: a seccomp profile blocks "
-                     "sethostname", recipe(facts.runtime))  # fmt: skip
+                     "sethostname", f"{recipe(facts.runtime)}; or hostname=None (the sandbox keeps the "
+                     "container's host name)")  # fmt: skip
     if "pivot_root" in low:
         return Cause("pivot-root", f"pivot_root was refused{where} (a seccomp profile blocks it; adding "
                      "CAP_SYS_ADMIN is not enough)", recipe(facts.runtime))  # fmt: skip

@@ -243,9 +243,8 @@ def bwrap_argv(
         argv.append("--unshare-net")
     if host.bwrap.disable_userns:
         argv.append("--disable-userns")
+    argv += ["--uid", "0", "--gid", "0", *(("--hostname", config.hostname) if config.hostname else ())]
     argv += [
-        "--uid", "0", "--gid", "0",
-        "--hostname", config.hostname,
         "--new-session",  # no controlling terminal: TIOCSTI cannot reach the caller's tty
         "--as-pid-1",  # the executor is init: orphans are reaped by it
         "--cap-add", "ALL",  # in the sandbox's user namespace only; commands drop them all
