@@ -95,3 +95,20 @@ def test_auto_prefers_a_built_image(host_dir_factory, monkeypatch, tiny_root):
     assert plan.kind == "dir" and plan.path == str(img)
     with Sandbox() as sb:  # and the default sandbox now runs on it
         assert sb.exec("cat /etc/marker").stdout == b"tiny image\n"
+
+
+def test_the_subuid_hint_proposes_a_range_nobody_has(tmp_path):
+    from sandboxlite.rootfs.build import free_subid_range
+
+    sub, gid = tmp_path / "subuid", tmp_path / "subgid"
+    sub.write_text("")
+    gid.write_text("")
+    assert free_subid_range((str(sub), str(gid))) == 100000
+    sub.write_text("alice:100000:65536\n")  # what useradd gave the first user
+    assert free_subid_range((str(sub), str(gid))) == 165536
+    gid.write_text("bob:165536:65536\nweird line\n")
+    assert free_subid_range((str(sub), str(gid))) == 231072
+    sub.write_text("alice:100000:65536\ncarol:400000:65536\n")  # a gap that fits
+    assert free_subid_range((str(sub), str(gid))) == 231072
+    sub.write_text("alice:100000:65536\ncarol:240000:65536\n")  # a gap too small: after carol
+    assert free_subid_range((str(sub), str(gid))) == 305536

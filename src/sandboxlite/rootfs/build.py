@@ -143,10 +143,36 @@ def check_tools(mode: str) -> None:
             except OSError:
                 lines = []
             if not any(line.split(":")[0] in (user, str(os.getuid())) for line in lines if line):
+                first = free_subid_range()
+                last = first + SUBID_COUNT - 1
                 raise SetupError(
                     f"{f} has no subordinate id range for {user} (mmdebstrap --mode=unshare needs one)",
-                    hint=f"sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}",
+                    hint=f"sudo usermod --add-subuids {first}-{last} --add-subgids {first}-{last} {user}",
                 )
+
+
+SUBID_COUNT = 65536
+
+
+def free_subid_range(files: tuple[str, ...] = ("/etc/subuid", "/etc/subgid"), start: int = 100000) -> int:
+    """The first id of a 65536-id range no entry of ``files`` uses (what ``useradd`` would give next;
+    not the range it already gave the first user), below sandboxlite's own range (slots.py)."""
+    taken: list[tuple[int, int]] = []
+    for f in files:
+        try:
+            lines = Path(f).read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.strip().split(":")
+            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                taken.append((int(parts[1]), int(parts[1]) + int(parts[2])))
+    first = start
+    for lo, hi in sorted(taken):
+        if first + SUBID_COUNT <= lo:
+            break
+        first = max(first, hi)
+    return first
 
 
 def build(
