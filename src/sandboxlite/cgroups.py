@@ -45,6 +45,13 @@ def _v1_memory(md: Path, memory_bytes: int | None) -> None:
             f.write_text(value)
 
 
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _writable_v1(ctrl: str) -> bool:
     d = V1_ROOT / ctrl
     return (d / "cgroup.procs").exists() and (d / "tasks").exists() and os.access(d, os.W_OK)
@@ -68,8 +75,12 @@ def detect(env: Mapping[str, str] | None = None) -> Support:
     if _writable_v1("pids") and _writable_v1("memory"):
         return Support("v1", str(V1_ROOT))
     if (V1_ROOT / "cgroup.controllers").exists():
+        if os.geteuid() == 0 and _read_only(V1_ROOT):
+            return Support(None, "/sys/fs/cgroup is mounted read-only (as container runtimes do)")
         return Support(None, "cgroup v2 without a delegated subtree (set SANDBOXLITE_CGROUP_PARENT)")
     if (V1_ROOT / "pids").is_dir():
+        if os.geteuid() == 0 and _read_only(V1_ROOT / "pids"):
+            return Support(None, "the cgroup v1 controllers are mounted read-only (as container runtimes do)")
         return Support(None, "cgroup v1 host: only root can create cgroups")
     return Support(None, "no pids/memory cgroup controllers mounted")
 

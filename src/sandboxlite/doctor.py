@@ -95,15 +95,10 @@ def check_cgroups() -> Check:
     if s.kind:
         return Check("cgroups", "ok", f"{s.kind} at {s.reason}: memory and pids limits per sandbox")
     fallback = "sandboxes use RLIMIT_AS (per process) and RLIMIT_NPROC instead, and tmpfs use is charged to no limit"
-    root = Path("/sys/fs/cgroup")
-    v2 = (root / "cgroup.controllers").exists()
-    try:
-        read_only = bool(os.statvfs(root).f_flag & os.ST_RDONLY)
-    except OSError:
-        read_only = False
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
     runtime = containers.Facts.read().runtime
-    if read_only:
-        why = f"/sys/fs/cgroup is mounted read-only{f' (by {runtime})' if runtime else ''}"
+    if "read-only" in s.reason:
+        why = s.reason + (f" ({runtime})" if runtime else "")
         hint = ("give the container a writable cgroup tree (docker/podman --privileged, or a delegated cgroup v2 "
                 "subtree mounted read-write) and set SANDBOXLITE_CGROUP_PARENT to it")  # fmt: skip
     elif v2:
@@ -202,13 +197,13 @@ def check_fast_start() -> Check:
         notes.append(host.dev_reason)
     pool = host.netns
     if pool is None:
-        notes.append("SANDBOXLITE_NETNS_POOL=0: bwrap makes each network namespace")
+        notes.append(host.netns_reason)
     elif not pool.wait_ready(1, 5) or pool.broken:
         notes.append(f"network namespaces cannot be made ahead of time: {pool.broken or 'timed out'}")
     if notes:
         return Check("fast start", "warn", "; ".join(notes),
-                     "sandboxes work, each start takes up to ~1 ms longer; unset SANDBOXLITE_DEV / "
-                     "SANDBOXLITE_NETNS_POOL, or run where root may make device nodes and namespaces")  # fmt: skip
+                     "each start takes up to ~1 ms longer; unset SANDBOXLITE_DEV / SANDBOXLITE_NETNS_POOL, "
+                     "or run where root may make device nodes and join namespaces (CAP_MKNOD, CAP_SYS_ADMIN)")  # fmt: skip
     return Check("fast start", "ok", f"ready-made /dev ({host.dev}); {pool.size} network namespaces kept ready")
 
 

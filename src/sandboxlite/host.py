@@ -73,6 +73,7 @@ class Host:
     seccomp_no_memfd: bytes = b""  # the filter for sandboxes without a memory cgroup (seccomp.py)
     netns: netns.NetnsPool | None = field(default=None, repr=False)
     cgroup_allocator: cgroups.Allocator | None = field(default=None, repr=False)
+    netns_reason: str = ""  # why ``netns`` is None
     uids: slots.UidPool | None = field(default=None, repr=False)
     uids_reason: str = "not a root caller: sandboxes run as the caller"
     idmap: IdmapCache | None = field(default=None, repr=False)
@@ -101,18 +102,25 @@ class Host:
             prog, prefix = executor.launcher()
             launcher = (str(prog), tuple(prefix))
         dev, dev_reason = devnodes.prepare(env, euid)
-        pool = None
+        pool, netns_reason = None, "not a root caller: bwrap makes each network namespace"
+        sys_admin = _has_cap(CAP_SYS_ADMIN)
         if run_as is not None:
             size = netns.pool_size(env)
-            pool = netns.NetnsPool(size, netns.maker(exe)) if size else None
-        uids, uids_reason, idmap, stage = _uid_slots(env, run_as, exe)
+            if not size:
+                netns_reason = "SANDBOXLITE_NETNS_POOL=0: bwrap makes each network namespace"
+            elif not sys_admin:  # a container's root: setns() into a namespace of ours needs it
+                netns_reason = ("joining a network namespace made ahead of time needs CAP_SYS_ADMIN, which this "
+                                "process lacks (a container's root): bwrap makes each namespace")  # fmt: skip
+            else:
+                pool, netns_reason = netns.NetnsPool(size, netns.maker(exe)), ""
+        uids, uids_reason, idmap, stage = _uid_slots(env, run_as, exe, sys_admin)
         _raise_nofile()
         return cls(
             bwrap=info, euid=euid, run_as=run_as, cgroups=support, executor=exe, launcher=launcher,
             dev=dev if run_as is not None else None, dev_reason=dev_reason, seccomp=seccomp.filter_bytes(),
             seccomp_no_memfd=seccomp.filter_bytes(memfd=False),
             netns=pool, cgroup_allocator=cgroups.Allocator(support) if support.kind else None,
-            uids=uids, uids_reason=uids_reason, idmap=idmap, stage=stage,
+            uids=uids, uids_reason=uids_reason, idmap=idmap, stage=stage, netns_reason=netns_reason,
         )  # fmt: skip
 
     @property
@@ -153,10 +161,26 @@ class Host:
             return fd
 
 
-def _uid_slots(env: Mapping[str, str], run_as: tuple[int, int] | None, exe: str):
+CAP_SYS_ADMIN = 21
+
+
+def _has_cap(cap: int) -> bool:
+    """Is ``cap`` in this process's effective set (a container's root may lack it)?"""
+    try:
+        with open("/proc/self/status") as f:
+            eff = next(int(ln.split()[1], 16) for ln in f if ln.startswith("CapEff:"))
+    except (OSError, StopIteration, ValueError):
+        return os.geteuid() == 0
+    return bool(eff >> cap & 1)
+
+
+def _uid_slots(env: Mapping[str, str], run_as: tuple[int, int] | None, exe: str, sys_admin: bool = True):
     """(uid pool, why not, idmap cache, stage directory) of a root caller."""
     if run_as is None:
         return None, "not a root caller: sandboxes run as the caller", None, ""
+    if not sys_admin:
+        return None, (f"idmapped images need CAP_SYS_ADMIN, which this process lacks (a container's root): every "
+                      f"sandbox runs as uid {run_as[0]}"), None, ""  # fmt: skip
     if env.get("SANDBOXLITE_UID") and not env.get("SANDBOXLITE_UID_RANGE"):
         return None, f"SANDBOXLITE_UID={env['SANDBOXLITE_UID']}: every sandbox runs as that uid", None, ""
     import pwd

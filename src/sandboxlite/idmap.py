@@ -33,6 +33,9 @@ AT_FDCWD = -100
 class IdmapError(OSError):
     """An idmapped tree could not be made (the message says why)."""
 
+    def __str__(self) -> str:
+        return str(self.strerror or (self.args[0] if self.args else ""))
+
 
 class _MountAttr(ctypes.Structure):
     _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
