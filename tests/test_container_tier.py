@@ -1,0 +1,360 @@
+"""The container tier (issue 16, "tested for real"): sandboxlite inside real Docker containers.
+
+Opt-in: ``SANDBOXLITE_CONTAINER_TIER=1 .venv/bin/python -m pytest tests/test_container_tier.py`` (as root,
+or with a Docker daemon already up).  Without the variable every test here is skipped; with it, a
+Docker that cannot be used is a failure, not a skip.
+
+``tools/container_tier.sh`` starts dockerd (``bench/setup_docker.sh``: Debian's docker.io) and makes an
+image without any registry: the project's ``lean`` rootfs ``docker import``ed, bubblewrap, gcc, musl and
+python3-venv from Debian's .debs, sandboxlite and its dependencies as wheels made on the host (cached
+by a digest of its inputs: seconds when nothing changed).  Each scenario is one ``docker run
+--network none`` of a probe (``PROBE`` below) that runs ``sandboxlite doctor --json``, an exec, a
+reset and ``COLD_RUNS`` timed cold starts (``Sandbox()`` + its first exec), over the container's own
+``/usr`` (``rootfs="host"``) and over the host's ``lean`` image bound in read-only (a copy-on-write root):
+
+- ``recipe``: the README's recipe (seccomp, systempaths and apparmor unconfined): everything works;
+- ``profile``: the same with ``seccomp=<sandboxlite container-profile docker>`` instead of unconfined;
+- ``recipe-pool0`` / ``profile-pool0``: those with ``SANDBOXLITE_NETNS_POOL=0`` (network namespaces
+  made by bwrap, not ahead of time);
+- ``default``: ``docker run`` without options: a sandbox must fail to start, naming the seccomp profile
+  and the recipe, and ``doctor --json`` must exit 1 with its "user namespaces" check failing;
+- ``user1000``: the recipe with ``--user 1000`` (a non-root caller inside);
+- ``recipe-sysadmin``: the recipe with ``--cap-add SYS_ADMIN`` (root may then join network namespaces
+  made ahead of time and idmap the image, as on a host).
+
+The last test writes the table (scenario x doctor, exec, reset, cold start median) to
+``$SANDBOXLITE_CONTAINER_TIER_DIR/logs/table.md`` and prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+if not os.environ.get("SANDBOXLITE_CONTAINER_TIER"):
+    pytest.skip("the container tier is opt-in: set SANDBOXLITE_CONTAINER_TIER=1 (needs Docker, or root to start it)",
+                allow_module_level=True)  # fmt: skip
+
+pytestmark = pytest.mark.timeout(1200)  # the first run builds the image (about a minute; more without caches)
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUP = ROOT / "tools" / "container_tier.sh"
+STATE = Path(os.environ.get("SANDBOXLITE_CONTAINER_TIER_DIR", "/var/tmp/sandboxlite-container-tier"))
+COLD_RUNS = int(os.environ.get("SANDBOXLITE_CONTAINER_TIER_RUNS", "20"))
+LABEL = "sandboxlite-container-tier"
+
+UNCONFINED = ["--security-opt", "systempaths=unconfined", "--security-opt", "apparmor=unconfined"]
+RECIPE = ["--security-opt", "seccomp=unconfined", *UNCONFINED]
+
+# scenario -> (what it is, extra `docker run` options, extra environment, must sandboxes work)
+SCENARIOS = {
+    "recipe": ("seccomp=unconfined systempaths=unconfined apparmor=unconfined", RECIPE, {}, True),
+    "recipe-pool0": ("recipe + SANDBOXLITE_NETNS_POOL=0", RECIPE, {"SANDBOXLITE_NETNS_POOL": "0"}, True),
+    "profile": ("seccomp=<container-profile docker> systempaths=unconfined apparmor=unconfined", ["PROFILE"], {}, True),
+    "profile-pool0": ("profile + SANDBOXLITE_NETNS_POOL=0", ["PROFILE"], {"SANDBOXLITE_NETNS_POOL": "0"}, True),
+    "default": ("docker run with no --security-opt", [], {}, False),
+    "user1000": ("recipe + --user 1000", [*RECIPE, "--user", "1000"], {}, True),
+    # with CAP_SYS_ADMIN, root may join the network namespaces made ahead of time and idmap the image
+    "recipe-sysadmin": ("recipe + --cap-add SYS_ADMIN", [*RECIPE, "--cap-add", "SYS_ADMIN"], {}, True),
+}
+WORKING = [name for name, s in SCENARIOS.items() if s[3]]
+ROOTFS = ("host", "lean")  # the container's own /usr; the host's lean image, bound in read-only
+
+# Runs inside the container: python3 probe.py ROOTFS... ; prints one JSON object on its last line.
+PROBE = r'''
+import json, os, statistics, subprocess, sys, time, traceback
+
+out = {"euid": os.geteuid(), "python": sys.version.split()[0], "rootfs": {}}
+t = time.perf_counter()
+d = subprocess.run([sys.executable, "-c", "from sandboxlite.cli import main; main()", "doctor", "--json"],
+                   capture_output=True, text=True)
+out["doctor_s"] = round(time.perf_counter() - t, 3)
+out["doctor_rc"] = d.returncode
+try:
+    out["doctor"] = json.loads(d.stdout)
+except ValueError:
+    out["doctor"] = None
+    out["doctor_raw"] = (d.stdout + d.stderr)[-4000:]
+
+from sandboxlite import Sandbox, SandboxError
+
+
+def err(e):
+    if isinstance(e, SandboxError):
+        return {"type": type(e).__name__, "message": e.message, "hint": e.hint}
+    return {"type": type(e).__name__, "message": str(e), "hint": None, "traceback": traceback.format_exc()[-2000:]}
+
+
+for spec in sys.argv[1:]:
+    res = out["rootfs"][spec] = {}
+    try:
+        with Sandbox(rootfs=spec) as sb:
+            r = sb.exec(["python3", "-c", "import os; print(6*7, os.getuid())"])
+            res["exec"] = {"exit_code": r.exit_code, "stdout": r.stdout.decode(errors="replace"),
+                           "stderr": r.stderr.decode(errors="replace")[-2000:]}
+            res["info"] = {k: v for k, v in sb.info.items() if isinstance(v, (str, int, float, bool, type(None)))}
+            # leave traces everywhere a sandbox can write, and a process, then reset
+            sb.write_file("marker.txt", b"before reset")
+            w = sb.exec("echo x > /tmp/t && echo x > /root/r && (echo x > /etc/cow 2>/dev/null && echo cow || echo ro)"
+                        " && (sleep 1000 >/dev/null 2>&1 &) && echo started")
+            res["before_reset"] = w.stdout.decode(errors="replace")
+            t = time.perf_counter()
+            sb.reset()
+            res["reset_ms"] = round((time.perf_counter() - t) * 1e3, 3)
+            a = sb.exec("for f in /testbed/marker.txt /tmp/t /root/r /etc/cow; do test -e $f && echo left:$f; done;"
+                        " n=$(for p in /proc/[0-9]*; do tr '\\0' ' ' <$p/cmdline 2>/dev/null; echo; done"
+                        " | grep -c '^sleep 1000'); echo procs=$n")
+            res["after_reset"] = a.stdout.decode(errors="replace")
+            res["after_reset_exit"] = a.exit_code
+            e2 = sb.exec(["python3", "-c", "print('again')"])
+            res["exec_after_reset"] = e2.stdout.decode(errors="replace")
+    except Exception as e:
+        res["error"] = err(e)
+        continue
+    # cold starts: a new Sandbox() and its first exec, one at a time (one warm-up not counted)
+    times, failures = [], []
+    for i in range(int(os.environ.get("PROBE_RUNS", "20")) + 1):
+        t = time.perf_counter()
+        try:
+            sb = Sandbox(rootfs=spec)
+            try:
+                r = sb.exec(["true"])
+                dt = (time.perf_counter() - t) * 1e3
+            finally:
+                sb.close()
+            if r.exit_code != 0:
+                raise RuntimeError(f"true exited {r.exit_code}")
+        except Exception as e:
+            failures.append(err(e))
+            continue
+        if i:
+            times.append(dt)
+    res["cold_ms"] = sorted(round(x, 3) for x in times)
+    res["cold_median_ms"] = round(statistics.median(times), 3) if times else None
+    res["cold_failures"] = len(failures)
+    res["cold_first_failure"] = failures[0] if failures else None
+
+print(json.dumps(out))
+'''
+
+
+# -- the setup ----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tier(tmp_path_factory) -> dict:
+    """tools/container_tier.sh: dockerd up, the image built (or found); what it wrote to $STATE/env."""
+    t = time.monotonic()
+    p = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=1100)
+    took = time.monotonic() - t
+    if p.returncode != 0:
+        pytest.fail(f"SANDBOXLITE_CONTAINER_TIER is set but {SETUP} failed (exit {p.returncode}): Docker is not "
+                    f"usable here\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}", pytrace=False)  # fmt: skip
+    env = dict(line.split("=", 1) for line in (STATE / "env").read_text().splitlines() if "=" in line)
+    env["setup_s"] = f"{took:.1f}"
+    env["setup_out"] = p.stdout
+    info = subprocess.run([env["DOCKER"], "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True)
+    if info.returncode != 0:
+        pytest.fail(f"docker info failed after setup: {info.stderr.strip()}", pytrace=False)
+    d = tmp_path_factory.mktemp("container-tier")
+    # world-readable: a container started with --user 1000 reads the probe as uid 1000
+    d.chmod(0o755)
+    (d / "probe.py").write_text(PROBE)
+    (d / "probe.py").chmod(0o644)
+    env["dir"] = str(d)
+    return env
+
+
+def docker(tier: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([tier["DOCKER"], *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def profile_file(tier) -> Path:
+    """`sandboxlite container-profile docker`, as the image's sandboxlite prints it."""
+    p = docker(tier, "run", "--rm", "--network", "none", "--label", LABEL, tier["IMAGE"],
+               "sandboxlite", "container-profile", "docker")  # fmt: skip
+    assert p.returncode == 0, f"`sandboxlite container-profile docker` failed in the image: {p.stderr.strip()}"
+    prof = json.loads(p.stdout)
+    assert prof["syscalls"], prof
+    path = Path(tier["dir"]) / "sandboxlite.json"
+    path.write_text(p.stdout)
+    return path
+
+
+RESULTS: dict[str, dict] = {}
+
+
+def run_scenario(name: str, tier: dict, profile_file: Path | None) -> dict:
+    if name in RESULTS:
+        return RESULTS[name]
+    _, opts, extra_env, _ = SCENARIOS[name]
+    opts = [x for o in opts for x in (["--security-opt", f"seccomp={profile_file}", *UNCONFINED]
+                                       if o == "PROFILE" else [o])]  # fmt: skip
+    user = opts[opts.index("--user") + 1] if "--user" in opts else "0"
+    home = "/var/cache/sandboxlite" if user == "0" else "/home/agent/.cache/sandboxlite"
+    argv = ["run", "--rm", "--network", "none", "--label", LABEL, *opts,
+            "-v", f"{tier['dir']}:/sandboxlite-tier:ro",
+            "-v", f"{tier['LEAN_DIR']}:{home}/rootfs/lean:ro",
+            "-e", f"PROBE_RUNS={COLD_RUNS}"]  # fmt: skip
+    for k, v in extra_env.items():
+        argv += ["-e", f"{k}={v}"]
+    argv += [tier["IMAGE"], "python", "/sandboxlite-tier/probe.py", *ROOTFS]
+    t = time.monotonic()
+    p = docker(tier, *argv)
+    took = time.monotonic() - t
+    log = Path(tier["LOGS"]) / f"scenario-{name}.log"
+    log.write_text(f"$ {shlex.join([tier['DOCKER'], *argv])}\n# exit {p.returncode} in {took:.1f} s\n"
+                   f"--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}\n")  # fmt: skip
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert p.returncode == 0 and lines, f"the probe did not finish in scenario {name} (log: {log}):\n{p.stderr[-3000:]}"
+    res = json.loads(lines[-1])
+    res["docker_run_s"] = round(took, 2)
+    res["argv"] = argv
+    res["log"] = str(log)
+    RESULTS[name] = res
+    return res
+
+
+@pytest.fixture
+def scenario(request, tier):
+    name = request.param
+    prof = request.getfixturevalue("profile_file") if "PROFILE" in SCENARIOS[name][1] else None
+    return name, run_scenario(name, tier, prof)
+
+
+def check(doctor: dict | None, name: str) -> dict:
+    assert doctor is not None, "doctor --json printed no JSON"
+    found = [c for c in doctor["checks"] if c["name"] == name]
+    assert found, f"doctor has no check named {name!r}: {[c['name'] for c in doctor['checks']]}"
+    return found[0]
+
+
+def failing(doctor: dict | None) -> list[str]:
+    return [f"{c['name']}: {c['detail']} (hint: {c['hint']})" for c in (doctor or {}).get("checks", [])
+            if c["status"] == "fail"]  # fmt: skip
+
+
+# -- the scenarios that must work -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("scenario", WORKING, indirect=True)
+def test_doctor_ok(scenario):
+    name, res = scenario
+    assert res["doctor_rc"] == 0 and res["doctor"]["ok"], f"{name}: doctor failed: {failing(res['doctor'])}"
+    assert check(res["doctor"], "container")["detail"].startswith("docker")
+    assert check(res["doctor"], "sandbox")["status"] == "ok"
+
+
+@pytest.mark.parametrize("rootfs", ROOTFS)
+@pytest.mark.parametrize("scenario", WORKING, indirect=True)
+def test_exec(scenario, rootfs):
+    name, res = scenario
+    r = res["rootfs"][rootfs]
+    assert "error" not in r, f"{name}/{rootfs}: the sandbox did not start: {r.get('error')}"
+    assert r["exec"]["exit_code"] == 0 and r["exec"]["stdout"] == "42 0\n", r["exec"]
+    if name == "user1000":
+        assert res["euid"] == 1000
+
+
+@pytest.mark.parametrize("rootfs", ROOTFS)
+@pytest.mark.parametrize("scenario", WORKING, indirect=True)
+def test_reset(scenario, rootfs):
+    name, res = scenario
+    r = res["rootfs"][rootfs]
+    assert "error" not in r, f"{name}/{rootfs}: the sandbox did not start: {r.get('error')}"
+    assert r["before_reset"].split()[-1] == "started", r["before_reset"]
+    # nothing left: no file in /testbed, /tmp, /root or /etc (copy-on-write over an image), no sleep process
+    assert r["after_reset"].split() == ["procs=0"], f"{name}/{rootfs}: after reset: {r['after_reset']!r}"
+    assert r["exec_after_reset"] == "again\n"
+
+
+@pytest.mark.parametrize("rootfs", ROOTFS)
+@pytest.mark.parametrize("scenario", WORKING, indirect=True)
+def test_cold_starts(scenario, rootfs):
+    """COLD_RUNS sandboxes, one after another, in one process: each must start (not only the first)."""
+    name, res = scenario
+    r = res["rootfs"][rootfs]
+    assert "error" not in r, f"{name}/{rootfs}: the sandbox did not start: {r.get('error')}"
+    assert r["cold_failures"] == 0, (f"{name}/{rootfs}: {r['cold_failures']} of {COLD_RUNS + 1} starts failed, "
+                                     f"the first: {r['cold_first_failure']}")  # fmt: skip
+
+
+# -- default flags: the failure must name the cause -----------------------------------------------------------------
+@pytest.mark.parametrize("scenario", ["default"], indirect=True)
+def test_default_flags_fail_with_the_cause(scenario):
+    _, res = scenario
+    for rootfs in ROOTFS:
+        r = res["rootfs"][rootfs]
+        assert "error" in r, f"a sandbox started under Docker's default seccomp profile ({rootfs}): {r}"
+        e = r["error"]
+        assert e["type"] == "SetupError", e
+        msg, hint = e["message"], e["hint"] or ""
+        assert "seccomp profile" in msg and "refuses the namespaces" in msg and "docker" in msg, msg
+        assert "systempaths=unconfined" in hint and "seccomp=" in hint and "container-profile" in hint, hint
+
+
+@pytest.mark.parametrize("scenario", ["default"], indirect=True)
+def test_default_flags_doctor(scenario):
+    _, res = scenario
+    assert res["doctor_rc"] == 1, res.get("doctor_raw") or res["doctor"]
+    assert res["doctor"]["ok"] is False
+    userns = check(res["doctor"], "user namespaces")
+    assert userns["status"] == "fail", userns
+    assert "seccomp" in userns["detail"] and "systempaths=unconfined" in userns["hint"], userns
+
+
+# -- the table ------------------------------------------------------------------------------------------------------
+def cells(res: dict) -> list[str]:
+    """doctor's verdict, then exec, reset and the cold start median for each rootfs."""
+    doc = res["doctor"]
+    if doc is None:
+        out = ["no JSON"]
+    else:
+        out = ["ok" if res["doctor_rc"] == 0 else
+               "FAIL (" + ", ".join(c["name"] for c in doc["checks"] if c["status"] == "fail") + ")"]  # fmt: skip
+    for rootfs in ROOTFS:
+        r = res["rootfs"][rootfs]
+        if "error" in r:
+            out += ["no: " + r["error"]["type"], "-", "-"]
+            continue
+        ok_exec = r["exec"]["exit_code"] == 0 and r["exec"]["stdout"].startswith("42")
+        ok_reset = r["after_reset"].split() == ["procs=0"]
+        med = f"{r['cold_median_ms']:.1f} ms" if r["cold_median_ms"] is not None else "-"
+        if r["cold_failures"]:  # a median of the few that started would mislead
+            med = f"{r['cold_failures']}/{COLD_RUNS + 1} starts FAILED"
+        out += ["yes" if ok_exec else "NO", f"yes ({r['reset_ms']:.1f} ms)" if ok_reset else "NO", med]
+    return out
+
+
+def test_zz_table(tier, request, capsys):
+    """Every scenario (run now if a test above was deselected), as a table; also in logs/table.md."""
+    rows = []
+    for name, (what, opts, _, _) in SCENARIOS.items():
+        try:
+            prof = request.getfixturevalue("profile_file") if "PROFILE" in opts else None
+            res = run_scenario(name, tier, prof)
+        except AssertionError as e:
+            rows.append(f"| {name} | {what} | probe failed: {str(e).splitlines()[0]} |" + " |" * 7)
+            continue
+        rows.append(f"| {name} | {what} | " + " | ".join(cells(res)) + f" | {res['docker_run_s']:.1f} s |")
+    host = subprocess.run([sys.executable, str(Path(tier["dir"]) / "probe.py"), *ROOTFS], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PROBE_RUNS": str(COLD_RUNS)})  # fmt: skip
+    try:
+        RESULTS["no container"] = h = json.loads(host.stdout.splitlines()[-1])
+        rows.append("| no container | this machine, for reference | " + " | ".join(cells(h)) + " | |")
+    except (ValueError, IndexError, KeyError, TypeError):
+        rows.append(f"| no container | this machine | probe failed: {host.stderr.strip()[-200:]} |" + " |" * 7)
+    head = ("| scenario | docker run options | doctor --json | exec (host) | reset (host) | cold start median (host) "
+            "| exec (lean) | reset (lean) | cold start median (lean) | docker run total |\n"
+            "|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    table = (f"Docker {tier['DOCKER_SERVER']}, image {tier['IMAGE']}, setup {tier['setup_s']} s; cold start = "
+             f"Sandbox() + its first exec, median of {COLD_RUNS} (after one warm-up), in one process per container\n\n"
+             + head + "\n" + "\n".join(rows) + "\n")  # fmt: skip
+    (Path(tier["LOGS"]) / "table.md").write_text(table)
+    (Path(tier["LOGS"]) / "results.json").write_text(json.dumps(RESULTS, indent=1))
+    with capsys.disabled():
+        sys.stdout.write("\n\n" + table + f"(also in {tier['LOGS']}/table.md; raw results in results.json)\n")
