@@ -59,3 +59,11 @@ def test_another_process_never_gets_a_uid_this_one_holds(tmp_path):
         m.release()
     out = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["7002", "7003", "SetupError"]
+
+
+def test_a_lock_directory_that_cannot_be_made_is_a_setup_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    pool = UidPool(9000, 2, tmp_path / "file" / "locks")  # under a regular file: ENOTDIR
+    with pytest.raises(SetupError, match="cannot lease a sandbox uid") as e:
+        pool.lease()
+    assert "SANDBOXLITE_UID_RANGE=off" in e.value.hint

@@ -94,6 +94,14 @@ class UidPool:
             if self._idle:
                 uid, fd = self._idle.pop()
                 return Lease(uid, fd, self)
+        try:
+            return self._lease_new()
+        except OSError as e:
+            raise SetupError(f"cannot lease a sandbox uid (lock files in {self.lock_dir}): {e.strerror or e}",
+                             hint="point SANDBOXLITE_HOME at a writable directory, or SANDBOXLITE_UID_RANGE=off "
+                             "(every sandbox then runs as one uid)") from None  # fmt: skip
+
+    def _lease_new(self) -> Lease:
         if not self._made_dir:
             self.lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._made_dir = True
