@@ -246,3 +246,9 @@ print(json.dumps(out))
     assert out["netns"] and "CAP_SYS_ADMIN" in out["netns_reason"]
     assert out["uids"] and "CAP_SYS_ADMIN" in out["uids_reason"]
     assert out["cow"] == [True, False, True, False, True]
+
+
+def test_the_launcher_s_own_failures_say_how_to_leave_its_steps_out():
+    err = diagnose("sandboxlite-launcher: cannot join the network namespace on descriptor 7", Facts())
+    assert isinstance(err, SetupError) and "launcher could not prepare" in err.message
+    assert "SANDBOXLITE_NETNS_POOL=0" in err.hint and "SANDBOXLITE_UID_RANGE=off" in err.hint

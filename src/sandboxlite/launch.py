@@ -233,6 +233,10 @@ def diagnose(stderr: str, facts: "containers.Facts | None" = None) -> SandboxErr
                           hint=f"{cause.hint}. Run `sandboxlite doctor` for details.")  # fmt: skip
     if "can't find source path" in low:
         return ConfigError("mounts", f"bwrap: {s}", hint="check that every mount source exists on the host")
+    if "sandboxlite-launcher:" in low:  # a root caller's launcher, before bwrap: its root-only steps
+        return SetupError(f"the launcher could not prepare the sandbox: {s}",
+                          hint="run `sandboxlite doctor`; SANDBOXLITE_NETNS_POOL=0 (no namespaces made ahead of time) "
+                          "and SANDBOXLITE_UID_RANGE=off (no idmapped images) leave those steps out")  # fmt: skip
     if "sandboxlite-executor:" in low:  # the jail came up; the executor could not build its filesystem
         return SetupError(f"the sandbox's executor could not set it up: {s}",
                           hint="run `sandboxlite doctor`; if it finds nothing, report this with the message")  # fmt: skip
