@@ -2,7 +2,7 @@
 # Opt-in: Docker (and runc) for the baselines of `sandboxlite bench`.
 #
 #   sudo bench/setup_docker.sh            # install docker.io from Debian apt if missing, start dockerd
-#   sudo bench/setup_docker.sh --podman   # the same, and install podman too
+#   sudo bench/setup_docker.sh --podman   # the same, and install podman too (and uidmap, for rootless podman)
 #   sudo bench/setup_docker.sh --stop     # remove the bench's containers, stop the dockerd started here
 #
 # There is no systemd on the machines this targets (CI VMs, containers), so dockerd is started by
@@ -51,6 +51,8 @@ esac
 pkgs=""
 command -v dockerd >/dev/null 2>&1 || pkgs="docker.io"
 [ $podman = 0 ] || command -v podman >/dev/null 2>&1 || pkgs="$pkgs podman"
+# newuidmap/newgidmap: rootless podman maps the user's subordinate ids with them (only Recommended by podman)
+[ $podman = 0 ] || command -v newuidmap >/dev/null 2>&1 || pkgs="$pkgs uidmap"
 if [ -n "$pkgs" ]; then
     echo "setup_docker: apt-get install $pkgs"
     apt-get update -qq

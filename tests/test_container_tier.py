@@ -1,8 +1,8 @@
-"""The container tier (issue 16, "tested for real"): sandboxlite inside real Docker containers.
+"""The container tier (issue 16, "tested for real"): sandboxlite inside real Docker and rootless podman containers.
 
 Opt-in: ``SANDBOXLITE_CONTAINER_TIER=1 .venv/bin/python -m pytest tests/test_container_tier.py`` (as root,
 or with a Docker daemon already up).  Without the variable every test here is skipped; with it, a
-Docker that cannot be used is a failure, not a skip.
+Docker or a rootless podman that cannot be used is a failure, not a skip.
 
 ``tools/container_tier.sh`` starts dockerd (``bench/setup_docker.sh``: Debian's docker.io) and makes an
 image without any registry: the project's ``lean`` rootfs ``docker import``ed, bubblewrap, gcc, musl and
@@ -20,7 +20,18 @@ reset and ``COLD_RUNS`` timed cold starts (``Sandbox()`` + its first exec), over
   and the recipe, and ``doctor --json`` must exit 1 with its "user namespaces" check failing;
 - ``user1000``: the recipe with ``--user 1000`` (a non-root caller inside);
 - ``recipe-sysadmin``: the recipe with ``--cap-add SYS_ADMIN`` (root may then join network namespaces
-  made ahead of time and idmap the image, as on a host).
+  made ahead of time and idmap the image, as on a host);
+
+and the same image in rootless podman (``podman run`` as ``$SANDBOXLITE_TIER_PODMAN_USER``, default
+plainuser: the container's root is that user; the script's ``podman-rootless`` runs it, with its storage and
+the OCI runtime that works here):
+
+- ``podman-recipe``: the README's podman recipe (``seccomp=<sandboxlite container-profile podman>``,
+  ``unmask=ALL``): everything works;
+- ``podman-unconfined``: the same with ``seccomp=unconfined``;
+- ``podman-default``: ``podman run`` without options: a sandbox must fail to start naming the cause (podman's
+  default profile allows the namespaces but refuses ``sethostname``, and its ``/proc`` is masked) and the
+  recipe, and ``doctor --json`` must exit 1 with its "sandbox" check failing.
 
 The last test writes the table (scenario x doctor, exec, reset, cold start median) to
 ``$SANDBOXLITE_CONTAINER_TIER_DIR/logs/table.md`` and prints it.
@@ -31,10 +42,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -52,19 +66,40 @@ LABEL = "sandboxlite-container-tier"
 
 UNCONFINED = ["--security-opt", "systempaths=unconfined", "--security-opt", "apparmor=unconfined"]
 RECIPE = ["--security-opt", "seccomp=unconfined", *UNCONFINED]
+PROFILE = "PROFILE"  # stands for --security-opt seccomp=<sandboxlite container-profile ENGINE>, the engine's
+UNMASK = ["--security-opt", "unmask=ALL"]
 
-# scenario -> (what it is, extra `docker run` options, extra environment, must sandboxes work)
+
+class Scenario(NamedTuple):
+    what: str
+    opts: list[str]  # extra `run` options
+    env: dict[str, str]  # extra environment
+    works: bool  # must sandboxes start
+    engine: str = "docker"  # or "podman" (rootless)
+
+
 SCENARIOS = {
-    "recipe": ("seccomp=unconfined systempaths=unconfined apparmor=unconfined", RECIPE, {}, True),
-    "recipe-pool0": ("recipe + SANDBOXLITE_NETNS_POOL=0", RECIPE, {"SANDBOXLITE_NETNS_POOL": "0"}, True),
-    "profile": ("seccomp=<container-profile docker> systempaths=unconfined apparmor=unconfined", ["PROFILE"], {}, True),
-    "profile-pool0": ("profile + SANDBOXLITE_NETNS_POOL=0", ["PROFILE"], {"SANDBOXLITE_NETNS_POOL": "0"}, True),
-    "default": ("docker run with no --security-opt", [], {}, False),
-    "user1000": ("recipe + --user 1000", [*RECIPE, "--user", "1000"], {}, True),
+    "recipe": Scenario("seccomp=unconfined systempaths=unconfined apparmor=unconfined", RECIPE, {}, True),
+    "recipe-pool0": Scenario("recipe + SANDBOXLITE_NETNS_POOL=0", RECIPE, {"SANDBOXLITE_NETNS_POOL": "0"}, True),
+    "profile": Scenario("seccomp=<container-profile docker> systempaths=unconfined apparmor=unconfined",
+                        [PROFILE, *UNCONFINED], {}, True),  # fmt: skip
+    "profile-pool0": Scenario("profile + SANDBOXLITE_NETNS_POOL=0", [PROFILE, *UNCONFINED],
+                              {"SANDBOXLITE_NETNS_POOL": "0"}, True),  # fmt: skip
+    "default": Scenario("docker run with no --security-opt", [], {}, False),
+    "user1000": Scenario("recipe + --user 1000", [*RECIPE, "--user", "1000"], {}, True),
     # with CAP_SYS_ADMIN, root may join the network namespaces made ahead of time and idmap the image
-    "recipe-sysadmin": ("recipe + --cap-add SYS_ADMIN", [*RECIPE, "--cap-add", "SYS_ADMIN"], {}, True),
+    "recipe-sysadmin": Scenario("recipe + --cap-add SYS_ADMIN", [*RECIPE, "--cap-add", "SYS_ADMIN"], {}, True),
+    # rootless podman: the README's recipe, the same unconfined, and no options
+    "podman-recipe": Scenario("podman: seccomp=<container-profile podman> unmask=ALL", [PROFILE, *UNMASK], {}, True,
+                              "podman"),  # fmt: skip
+    "podman-unconfined": Scenario("podman: seccomp=unconfined unmask=ALL",
+                                  ["--security-opt", "seccomp=unconfined", *UNMASK], {}, True, "podman"),  # fmt: skip
+    "podman-default": Scenario("podman run with no --security-opt", [], {}, False, "podman"),
 }
-WORKING = [name for name, s in SCENARIOS.items() if s[3]]
+WORKING = [name for name, s in SCENARIOS.items() if s.works]
+# what a failing start under podman's defaults may name: podman's default profile allows the namespaces (unlike
+# Docker's) but refuses sethostname, and its /proc is masked; whichever is met first is the cause
+PODMAN_CAUSES = ("sethostname", "/proc is masked", "seccomp profile")
 ROOTFS = ("host", "lean")  # the container's own /usr; the host's lean image, bound in read-only
 
 # Runs inside the container: python3 probe.py ROOTFS... ; prints one JSON object on its last line.
@@ -148,11 +183,12 @@ print(json.dumps(out))
 # -- the setup ----------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tier(tmp_path_factory) -> dict:
-    """tools/container_tier.sh: dockerd up, the image built (or found); what it wrote to $STATE/env."""
+    """tools/container_tier.sh: dockerd up, the image built (or found), rootless podman ready (or PODMAN_ERROR);
+    what it wrote to $STATE/env."""
     t = time.monotonic()
     p = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=1100)
     took = time.monotonic() - t
-    if p.returncode != 0:
+    if p.returncode not in (0, 3):  # 3: Docker is ready, podman is not (the podman tests fail with PODMAN_ERROR)
         pytest.fail(f"SANDBOXLITE_CONTAINER_TIER is set but {SETUP} failed (exit {p.returncode}): Docker is not "
                     f"usable here\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}", pytrace=False)  # fmt: skip
     env = dict(line.split("=", 1) for line in (STATE / "env").read_text().splitlines() if "=" in line)
@@ -170,62 +206,100 @@ def tier(tmp_path_factory) -> dict:
     return env
 
 
-def docker(tier: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([tier["DOCKER"], *args], capture_output=True, text=True, timeout=timeout)
+# an engine: the command that runs it, the image in its storage, a directory of the probe it can bind in
+@pytest.fixture(scope="module")
+def docker_engine(tier) -> dict:
+    return {"name": "docker", "cmd": tier["DOCKER"], "image": tier["IMAGE"], "dir": tier["dir"]}
 
 
 @pytest.fixture(scope="module")
-def profile_file(tier) -> Path:
-    """`sandboxlite container-profile docker`, as the image's sandboxlite prints it."""
-    p = docker(tier, "run", "--rm", "--network", "none", "--label", LABEL, tier["IMAGE"],
-               "sandboxlite", "container-profile", "docker")  # fmt: skip
-    assert p.returncode == 0, f"`sandboxlite container-profile docker` failed in the image: {p.stderr.strip()}"
+def podman_engine(tier):
+    """Rootless podman: the script's podman-rootless (runuser to the user); the probe where that user reads it."""
+    if not tier.get("PODMAN"):
+        why = tier.get("PODMAN_ERROR") or f"{SETUP} wrote no PODMAN"
+        pytest.fail(f"SANDBOXLITE_CONTAINER_TIER is set but rootless podman is not usable: {why}", pytrace=False)
+    d = Path(tempfile.mkdtemp(prefix="probe-", dir=tier["PODMAN_SHARE"]))
+    d.chmod(0o755)
+    (d / "probe.py").write_text(PROBE)
+    (d / "probe.py").chmod(0o644)
+    yield {"name": "podman", "cmd": tier["PODMAN"], "image": tier["PODMAN_IMAGE"], "dir": str(d)}
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def engine_run(eng: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([eng["cmd"], *args], capture_output=True, text=True, timeout=timeout)
+
+
+def make_profile(eng: dict) -> Path:
+    """`sandboxlite container-profile ENGINE`, as the image's sandboxlite prints it."""
+    p = engine_run(eng, "run", "--rm", "--network", "none", "--label", LABEL, eng["image"],
+                   "sandboxlite", "container-profile", eng["name"])  # fmt: skip
+    assert p.returncode == 0, f"`sandboxlite container-profile {eng['name']}` failed in the image: {p.stderr.strip()}"
     prof = json.loads(p.stdout)
     assert prof["syscalls"], prof
-    path = Path(tier["dir"]) / "sandboxlite.json"
+    path = Path(eng["dir"]) / f"sandboxlite-{eng['name']}.json"
     path.write_text(p.stdout)
+    path.chmod(0o644)  # rootless podman reads it as its user
     return path
+
+
+@pytest.fixture(scope="module")
+def docker_profile(docker_engine) -> Path:
+    return make_profile(docker_engine)
+
+
+@pytest.fixture(scope="module")
+def podman_profile(podman_engine) -> Path:
+    return make_profile(podman_engine)
 
 
 RESULTS: dict[str, dict] = {}
 
 
-def run_scenario(name: str, tier: dict, profile_file: Path | None) -> dict:
+def run_scenario(name: str, tier: dict, eng: dict, profile_file: Path | None) -> dict:
     if name in RESULTS:
         return RESULTS[name]
-    _, opts, extra_env, _ = SCENARIOS[name]
-    opts = [x for o in opts for x in (["--security-opt", f"seccomp={profile_file}", *UNCONFINED]
-                                       if o == "PROFILE" else [o])]  # fmt: skip
+    s = SCENARIOS[name]
+    opts = [x for o in s.opts for x in (["--security-opt", f"seccomp={profile_file}"] if o == PROFILE else [o])]
     user = opts[opts.index("--user") + 1] if "--user" in opts else "0"
     home = "/var/cache/sandboxlite" if user == "0" else "/home/agent/.cache/sandboxlite"
     argv = ["run", "--rm", "--network", "none", "--label", LABEL, *opts,
-            "-v", f"{tier['dir']}:/sandboxlite-tier:ro",
+            "-v", f"{eng['dir']}:/sandboxlite-tier:ro",
             "-v", f"{tier['LEAN_DIR']}:{home}/rootfs/lean:ro",
             "-e", f"PROBE_RUNS={COLD_RUNS}"]  # fmt: skip
-    for k, v in extra_env.items():
+    for k, v in s.env.items():
         argv += ["-e", f"{k}={v}"]
-    argv += [tier["IMAGE"], "python", "/sandboxlite-tier/probe.py", *ROOTFS]
+    argv += [eng["image"], "python", "/sandboxlite-tier/probe.py", *ROOTFS]
     t = time.monotonic()
-    p = docker(tier, *argv)
+    p = engine_run(eng, *argv)
     took = time.monotonic() - t
     log = Path(tier["LOGS"]) / f"scenario-{name}.log"
-    log.write_text(f"$ {shlex.join([tier['DOCKER'], *argv])}\n# exit {p.returncode} in {took:.1f} s\n"
+    log.write_text(f"$ {shlex.join([eng['cmd'], *argv])}\n# exit {p.returncode} in {took:.1f} s\n"
                    f"--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}\n")  # fmt: skip
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     assert p.returncode == 0 and lines, f"the probe did not finish in scenario {name} (log: {log}):\n{p.stderr[-3000:]}"
     res = json.loads(lines[-1])
-    res["docker_run_s"] = round(took, 2)
-    res["argv"] = argv
+    res["run_s"] = round(took, 2)
+    res["argv"] = [eng["cmd"], *argv]
     res["log"] = str(log)
     RESULTS[name] = res
     return res
 
 
+def scenario_result(request, tier: dict, name: str) -> dict:
+    """The scenario's probe result (run once): the engine's fixtures are asked for only when needed."""
+    if name in RESULTS:
+        return RESULTS[name]
+    s = SCENARIOS[name]
+    eng = request.getfixturevalue(f"{s.engine}_engine")
+    prof = request.getfixturevalue(f"{s.engine}_profile") if PROFILE in s.opts else None
+    return run_scenario(name, tier, eng, prof)
+
+
 @pytest.fixture
 def scenario(request, tier):
     name = request.param
-    prof = request.getfixturevalue("profile_file") if "PROFILE" in SCENARIOS[name][1] else None
-    return name, run_scenario(name, tier, prof)
+    return name, scenario_result(request, tier, name)
 
 
 def check(doctor: dict | None, name: str) -> dict:
@@ -245,7 +319,7 @@ def failing(doctor: dict | None) -> list[str]:
 def test_doctor_ok(scenario):
     name, res = scenario
     assert res["doctor_rc"] == 0 and res["doctor"]["ok"], f"{name}: doctor failed: {failing(res['doctor'])}"
-    assert check(res["doctor"], "container")["detail"].startswith("docker")
+    assert check(res["doctor"], "container")["detail"].startswith(SCENARIOS[name].engine)
     assert check(res["doctor"], "sandbox")["status"] == "ok"
 
 
@@ -307,6 +381,31 @@ def test_default_flags_doctor(scenario):
     assert "seccomp" in userns["detail"] and "systempaths=unconfined" in userns["hint"], userns
 
 
+# -- podman's defaults: the same, in podman's words -----------------------------------------------------------------
+@pytest.mark.parametrize("scenario", ["podman-default"], indirect=True)
+def test_podman_default_flags_fail_with_the_cause(scenario):
+    _, res = scenario
+    for rootfs in ROOTFS:
+        r = res["rootfs"][rootfs]
+        assert "error" in r, f"a sandbox started under rootless podman's defaults ({rootfs}): {r}"
+        e = r["error"]
+        assert e["type"] == "SetupError", e
+        msg, hint = e["message"], e["hint"] or ""
+        assert "podman" in msg and any(c in msg for c in PODMAN_CAUSES), msg
+        assert "unmask=ALL" in hint and "seccomp=" in hint and "container-profile podman" in hint, hint
+
+
+@pytest.mark.parametrize("scenario", ["podman-default"], indirect=True)
+def test_podman_default_flags_doctor(scenario):
+    _, res = scenario
+    assert res["doctor_rc"] == 1, res.get("doctor_raw") or res["doctor"]
+    assert res["doctor"]["ok"] is False
+    assert check(res["doctor"], "container")["detail"].startswith("podman")
+    sandbox = check(res["doctor"], "sandbox")
+    assert sandbox["status"] == "fail", sandbox
+    assert any(c in sandbox["detail"] for c in PODMAN_CAUSES) and "unmask=ALL" in sandbox["hint"], sandbox
+
+
 # -- the table ------------------------------------------------------------------------------------------------------
 def cells(res: dict) -> list[str]:
     """doctor's verdict, then exec, reset and the cold start median for each rootfs."""
@@ -333,14 +432,13 @@ def cells(res: dict) -> list[str]:
 def test_zz_table(tier, request, capsys):
     """Every scenario (run now if a test above was deselected), as a table; also in logs/table.md."""
     rows = []
-    for name, (what, opts, _, _) in SCENARIOS.items():
+    for name, s in SCENARIOS.items():
         try:
-            prof = request.getfixturevalue("profile_file") if "PROFILE" in opts else None
-            res = run_scenario(name, tier, prof)
-        except AssertionError as e:
-            rows.append(f"| {name} | {what} | probe failed: {str(e).splitlines()[0]} |" + " |" * 7)
+            res = scenario_result(request, tier, name)
+        except (AssertionError, pytest.fail.Exception) as e:  # a probe that failed; an engine not usable
+            rows.append(f"| {name} | {s.what} | probe failed: {str(e).splitlines()[0]} |" + " |" * 7)
             continue
-        rows.append(f"| {name} | {what} | " + " | ".join(cells(res)) + f" | {res['docker_run_s']:.1f} s |")
+        rows.append(f"| {name} | {s.what} | " + " | ".join(cells(res)) + f" | {res['run_s']:.1f} s |")
     host = subprocess.run([sys.executable, str(Path(tier["dir"]) / "probe.py"), *ROOTFS], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PROBE_RUNS": str(COLD_RUNS)})  # fmt: skip
     try:
@@ -348,11 +446,15 @@ def test_zz_table(tier, request, capsys):
         rows.append("| no container | this machine, for reference | " + " | ".join(cells(h)) + " | |")
     except (ValueError, IndexError, KeyError, TypeError):
         rows.append(f"| no container | this machine | probe failed: {host.stderr.strip()[-200:]} |" + " |" * 7)
-    head = ("| scenario | docker run options | doctor --json | exec (host) | reset (host) | cold start median (host) "
-            "| exec (lean) | reset (lean) | cold start median (lean) | docker run total |\n"
+    head = ("| scenario | run options | doctor --json | exec (host) | reset (host) | cold start median (host) "
+            "| exec (lean) | reset (lean) | cold start median (lean) | run total |\n"
             "|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
-    table = (f"Docker {tier['DOCKER_SERVER']}, image {tier['IMAGE']}, setup {tier['setup_s']} s; cold start = "
-             f"Sandbox() + its first exec, median of {COLD_RUNS} (after one warm-up), in one process per container\n\n"
+    podman = (f"podman {tier.get('PODMAN_VERSION')} rootless as {tier.get('PODMAN_USER')} "
+              f"({tier.get('PODMAN_STORAGE')} storage, runtime {tier.get('PODMAN_RUNTIME')})" if tier.get("PODMAN")
+              else f"podman not usable: {tier.get('PODMAN_ERROR')}")  # fmt: skip
+    table = (f"Docker {tier['DOCKER_SERVER']}, {podman}, image {tier['IMAGE']}, setup {tier['setup_s']} s; "
+             f"cold start = Sandbox() + its first exec, median of {COLD_RUNS} (after one warm-up), in one process per "
+             "container\n\n"
              + head + "\n" + "\n".join(rows) + "\n")  # fmt: skip
     (Path(tier["LOGS"]) / "table.md").write_text(table)
     (Path(tier["LOGS"]) / "results.json").write_text(json.dumps(RESULTS, indent=1))

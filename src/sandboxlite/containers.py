@@ -117,8 +117,9 @@ def explain(stderr: str, facts: Facts) -> Cause | None:
                      recipe(facts.runtime))  # fmt: skip
     if "sethostname" in low or "set hostname" in low:
         return Cause("hostname", f"setting the sandbox's hostname was refused{where}: a seccomp profile blocks "
-                     "sethostname", f"{recipe(facts.runtime)}; or hostname=None (the sandbox keeps the "
-                     "container's host name)")  # fmt: skip
+                     "sethostname", f"{recipe(facts.runtime)}; or, keeping that profile, hostname=None (the "
+                     "sandbox keeps the container's host name) together with the recipe's /proc option "
+                     "(unmask=ALL for podman, systempaths=unconfined for Docker)")  # fmt: skip
     if "pivot_root" in low:
         return Cause("pivot-root", f"pivot_root was refused{where} (a seccomp profile blocks it; adding "
                      "CAP_SYS_ADMIN is not enough)", recipe(facts.runtime))  # fmt: skip

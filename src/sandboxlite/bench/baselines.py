@@ -356,7 +356,9 @@ class ContainerCLI(Runtime):
         try:
             self.cold(TRUE_CMD)()
         except Exception as e:  # noqa: BLE001 - reported, not raised
-            if "error setting rlimit" not in str(e):
+            msg = str(e)
+            # runc: "error setting rlimit"; crun: "setrlimit `RLIMIT_NOFILE`: Operation not permitted"
+            if "error setting rlimit" not in msg and "setrlimit" not in msg:
                 raise Unavailable(short_error(e)) from None
             # podman asks for nofile 1048576 / nproc 4194304 by default, which needs CAP_SYS_RESOURCE
             # (root in some VMs and containers lacks it): ask for sandboxlite's nofile and a plain nproc
