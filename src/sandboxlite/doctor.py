@@ -56,9 +56,9 @@ def probe_userns() -> str | None:
     return p.stderr.decode(errors="replace").strip() or f"exit status {p.returncode}"
 
 
-def check_userns() -> Check:
+def check_userns(why: str | None) -> Check:
+    """``why``: what probe_userns() said (None: a child made one)."""
     facts = containers.Facts.read()
-    why = probe_userns()
     if why is None:
         return Check("user namespaces", "ok", f"a child made one (max_user_namespaces={facts.max_user_namespaces})")
     cause = containers.namespace_cause(facts)
@@ -74,7 +74,9 @@ def check_container() -> Check:
                  "can start in it, and if not, how to run the container")  # fmt: skip
 
 
-def check_seccomp() -> Check:
+def check_seccomp(userns_refused: str | None) -> Check:
+    """``userns_refused``: what probe_userns() said (a filter of this process's that lets a user
+    namespace through is fine)."""
     try:
         n = len(seccomp.filter_bytes()) // 8
     except SandboxError as e:
@@ -82,7 +84,7 @@ def check_seccomp() -> Check:
     facts = containers.Facts.read()
     built = f"filter built ({n} BPF instructions, {len(seccomp.DENIED_SYSCALLS)} calls denied)"
     if facts.seccomp_mode == "2":  # a filter of the caller's (a container's profile) is on this process too
-        if probe_userns() is None:
+        if userns_refused is None:
             return Check("seccomp", "ok", f"{built}; this process runs under a filter of its own, which allows "
                          "the namespaces a jail needs")  # fmt: skip
         cause = containers.namespace_cause(facts)
@@ -268,8 +270,8 @@ def run_checks() -> list[Check]:
     checks = [
         check_container(),
         check_bwrap(),
-        check_userns(),
-        check_seccomp(),
+        check_userns(userns_refused := probe_userns()),
+        check_seccomp(userns_refused),
         check_cgroups(),
         check_identity(),
         check_executor(),

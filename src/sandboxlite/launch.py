@@ -63,25 +63,9 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
         host.warn_once("rootfs-auto-host", f"rootfs='auto': {rootfs_mod.auto_choice()[1]} (build the default "
                        f"image: sandboxlite rootfs build {rootfs_mod.DEFAULT_PROFILE})")  # fmt: skip
     owner = os.stat(root.path).st_uid if root.kind == "dir" else None
-    lease = host.uids.lease() if host.uids is not None else None
-    tree_fd = None
+    lease, slot, tree_fd, uid_note = _take_slot(host, root, owner)
     pool = net_fd = None
-    uid_note = host.uids_reason if lease is None else ""
     try:
-        slot = None
-        if lease is not None:
-            assert host.run_as is not None
-            idmapped = False
-            if root.kind == "dir" and owner == host.uid and host.idmap is not None:
-                try:
-                    tree_fd = host.idmap.tree(root.path, (lease.uid, host.run_as[1]))
-                    idmapped = True
-                except OSError as e:  # not on this filesystem or kernel: the shared uid, said so
-                    lease.release()
-                    lease = None
-                    uid_note = f"the image cannot be idmapped ({e}): this sandbox shares uid {host.uid} with others"
-            if lease is not None:
-                slot = Slot(lease.uid, host.run_as[1], host.dev_for(lease.uid), idmapped)
         preflight(config, root, host, slot)
         pool = host.netns if netns_wanted(config, host) else None
         net_fd = pool.take() if pool is not None else None
@@ -103,6 +87,30 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
                 os.close(fd)  # the launcher holds them now: used by this sandbox only
         if pool is not None:
             pool.refill()  # (launch() woke it already unless it failed before the spawn)
+
+
+def _take_slot(host: Host, root: rootfs_mod.RootfsPlan, owner: int | None):
+    """A root caller's uid of its own (slots.py) and its image idmapped to it: (lease, Slot, the
+    idmapped tree's descriptor, a note), or (None, None, None, why the jail shares its uid)."""
+    if host.uids is None:
+        return None, None, None, host.uids_reason
+    assert host.run_as is not None
+    lease = host.uids.lease()
+    tree_fd = None
+    if root.kind == "dir" and owner == host.uid and host.idmap is not None:
+        try:
+            tree_fd = host.idmap.tree(root.path, (lease.uid, host.run_as[1]))
+        except OSError as e:  # not on this filesystem or kernel: the shared uid, said so
+            lease.release()
+            return None, None, None, f"the image cannot be idmapped ({e}): this sandbox shares uid {host.uid} with others"
+    try:
+        slot = Slot(lease.uid, host.run_as[1], host.dev_for(lease.uid), tree_fd is not None)
+    except BaseException:
+        lease.release()
+        if tree_fd is not None:
+            os.close(tree_fd)
+        raise
+    return lease, slot, tree_fd, ""
 
 
 def preflight(config: SandboxConfig, root: rootfs_mod.RootfsPlan, host: Host, slot: Slot | None = None) -> None:
@@ -385,11 +393,7 @@ class Jail:
             # stuck half-way through its setup, and must not outlive us
             if self._init_pidfd is not None and not _wait_readable(self._init_pidfd, 0):
                 self._kill_init()
-        for name in ("_pidfd", "_init_pidfd", "_err_r", "_info_r"):
-            fd = getattr(self, name)
-            if fd is not None:
-                os.close(fd)
-                setattr(self, name, None)
+        self._close_own_fds()
         if self.cgroup is not None:
             self.cgroup.destroy()
             self.cgroup = None
@@ -397,14 +401,17 @@ class Jail:
             self._lease.release()  # bwrap is reaped: with the PID namespace, all of the jail is gone
             self._lease = None
 
-    def _close_copies(self) -> None:
-        if self.chan is not None:
-            self.chan.close()  # our copies only: the executor still has the owner's end
+    def _close_own_fds(self) -> None:
         for name in ("_pidfd", "_init_pidfd", "_err_r", "_info_r"):
             fd = getattr(self, name)
             if fd is not None:
                 os.close(fd)
                 setattr(self, name, None)
+
+    def _close_copies(self) -> None:
+        if self.chan is not None:
+            self.chan.close()  # our copies only: the executor still has the owner's end
+        self._close_own_fds()
         self.cgroup = self._lease = None  # the owner's
 
     def __del__(self) -> None:

@@ -132,15 +132,7 @@ class Shell:
         """End the session (kills bash and everything it started)."""
         with self._sb.lock:
             if self._proc is not None and self._same_jail():
-                ident = self._proc.id
-                jail = self._sb.jail
-                jail.kill(ident, "all")
-                self._close_fds()
-                try:
-                    jail.chan.wait(ident, time.monotonic() + 5.0)
-                except (TimeoutError, SandboxCrashed):
-                    pass
-                jail.chan.discard(ident)
+                self._end_session()
             self._close_fds()
 
     def __enter__(self) -> "Shell":
@@ -283,26 +275,28 @@ class Shell:
                        why: str) -> ExecResult:  # fmt: skip
         """The session is out of step with us (something in it wrote to its status channel):
         end it and start a new one, and say so in the result."""
-        self._abandon_quietly()
+        if self._proc is not None:
+            self._end_session()
+        self._start()
+        self.restarts += 1
         note = (
             f"the shell session {why}, so it was ended and a new session was started in {self._cwd} "
             "(shell variables, functions and background jobs of the old one are gone)"
         )
         return _result(out, err, duration, timed_out, 1, None, note)
 
-    def _abandon_quietly(self) -> None:
-        proc = self._proc
-        if proc is not None:
-            jail = self._sb.jail
-            jail.kill(proc.id, "all")
-            self._close_fds()
-            try:
-                jail.chan.wait(proc.id, time.monotonic() + 5.0)
-            except (TimeoutError, SandboxCrashed):
-                pass
-            jail.chan.discard(proc.id)
-        self._start()
-        self.restarts += 1
+    def _end_session(self) -> None:
+        """Kill bash and all it started, and wait (at most 5 s) until the executor says it is gone."""
+        assert self._proc is not None
+        ident = self._proc.id
+        jail = self._sb.jail
+        jail.kill(ident, "all")
+        self._close_fds()
+        try:
+            jail.chan.wait(ident, time.monotonic() + 5.0)
+        except (TimeoutError, SandboxCrashed):
+            pass
+        jail.chan.discard(ident)
 
 
 def _drain(fd: int, feed) -> None:
