@@ -163,16 +163,16 @@ class NetnsMaker:
                 assert self._sock is not None
                 try:
                     self._sock.sendall(b"n")
-                    _msg, fds, _flags, _addr = socket.recv_fds(self._sock, 1, 1)
+                    msg, fds, _flags, _addr = socket.recv_fds(self._sock, 1, 1)
                 except OSError:
-                    _msg, fds = b"", []
-                if len(fds) == 1 and _msg == b"N":
+                    msg, fds = b"", []
+                if len(fds) == 1 and msg == b"N":
                     os.set_inheritable(fds[0], False)
                     return fds[0]
                 for fd in fds:
                     os.close(fd)
                 why = self._why()
-                if _msg == b"E" or attempt == 2:
+                if msg == b"E" or attempt == 2:
                     raise OSError(f"could not make a network namespace: {why or 'the maker failed'}")
                 self._stop()  # it died: start it again, once
 
