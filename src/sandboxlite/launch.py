@@ -476,7 +476,7 @@ class Jail:
         chan = self.channel()
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ConfigError("cmd", f"must be a shell string or a non-empty list of strings, got {argv!r}")
-        workdir = self.plan.config.workdir
+        workdir = self.plan.workdir
         cwd = resolve_path(cwd, workdir, "cwd") if cwd is not None else workdir
         env_list = self._env_list
         if env:

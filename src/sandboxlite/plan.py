@@ -91,6 +91,13 @@ class JailPlan:
     idmapped: bool = False  # the image comes as a tree the launcher attaches at ``stage``
     stage: str = ""
     memfd: bool = True  # memfd_create and shmget offered (only where a memory cgroup counts them: seccomp.py)
+    # where commands start and relative paths resolve: config.workdir with namespaces; with
+    # isolation="landlock" a directory of the sandbox's own on the host (paths are the host's)
+    workdir_path: str = ""
+
+    @property
+    def workdir(self) -> str:
+        return self.workdir_path or self.config.workdir
 
     def spawn_argv(self, tasks_files: tuple[str, ...] | list[str] = ()) -> list[str]:
         """The argv to spawn ``program`` with (``tasks_files``: cgroup v1 groups the launcher joins)."""

@@ -129,6 +129,17 @@ class Sandbox:
         return self._jail.plan
 
     @property
+    def workdir(self) -> str:
+        """The absolute path commands start in and relative paths resolve against.
+
+        ``config.workdir`` (``/testbed`` by default) with namespaces; with
+        ``isolation="landlock"`` a directory of this sandbox's own on the host, since without a
+        mount namespace the sandbox sees the host's paths.  Code that shows paths to a model, or
+        puts files where a command will look, takes them from here, never from a constant."""
+        jail = self._jail
+        return jail.plan.workdir if jail is not None else self.config.workdir
+
+    @property
     def argv(self) -> list[str]:
         return list(self.plan.argv)
 
@@ -167,7 +178,7 @@ class Sandbox:
             "network": self.config.network,
             "netns": {"host": "host", "pooled": "made ahead of time (netns pool)"}.get(p.netns, "made by bwrap"),
             "dev": f"ready-made ({p.dev}, read-only)" if p.dev else "bwrap --dev",
-            "workdir": self.config.workdir,
+            "workdir": self.workdir,
             "cgroup": [str(d) for d in cg.dirs] if cg else None,
             "cgroup_note": p.cgroup.reason,
             "memory_limit": f"cgroup {lim.memory_mb} MiB" if cg and lim.memory_mb else (
@@ -228,7 +239,7 @@ class Sandbox:
 
     # -- files -----------------------------------------------------------------------------------
     def _abs(self, path: str | os.PathLike, field: str = "path") -> str:
-        return resolve_path(path, self.config.workdir, field)
+        return resolve_path(path, self.workdir, field)
 
     def read_file(
         self, path: str | os.PathLike, *, max_bytes: int | None = None, offset: int = 0, length: int | None = None

@@ -96,7 +96,7 @@ class Shell:
     def __init__(self, sandbox: "Sandbox", *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> None:
         self._sb = sandbox
         self._env = dict(env or {})
-        self._cwd = cwd or sandbox.config.workdir
+        self._cwd = cwd or sandbox.workdir
         self._proc: Proc | None = None
         self._generation = sandbox.generation
         self.restarts = 0
