@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from sandboxlite import ConfigError, Host, SetupError
+from sandboxlite import ConfigError, Host, Sandbox, SetupError
 from sandboxlite.host import default_host
 from sandboxlite.identity import NOBODY, run_as, unreachable
 
@@ -52,9 +52,15 @@ def test_unreachable_says_which_component_blocks():
 
 def test_detect_reads_the_environment_it_is_given():
     env = {**os.environ, "SANDBOXLITE_BWRAP": "/nonexistent/bwrap"}
+    # no bwrap: the Host is still detected (isolation="landlock" runs without); a namespace
+    # sandbox refuses to start, naming both ways out
+    nob = Host.detect(env)
+    assert nob.bwrap is None and "bubblewrap" in nob.bwrap_error.hint
     with pytest.raises(SetupError) as e:
-        Host.detect(env)
-    assert "bubblewrap" in e.value.hint
+        Sandbox(host=nob, rootfs="host")
+    assert "bubblewrap" in e.value.hint and "isolation='landlock'" in e.value.hint
+    with pytest.raises(ConfigError, match="SANDBOXLITE_ISOLATION"):
+        Host.detect({**os.environ, "SANDBOXLITE_ISOLATION": "chroot"})
     h = Host.detect()
     assert h.bwrap.path and h.executor and h.seccomp
     assert h.uid == (h.run_as[0] if h.run_as else os.geteuid())

@@ -77,7 +77,7 @@ def c_enum(name: str) -> dict[str, str]:
 # Python names of every C #define, by the C name (EXIT_* map to ExecutorExit)
 SCALARS = ("HELLO", "CTRL_FD", "MAX_REQUEST_PAYLOAD", "MAX_REPLY_PAYLOAD", "MAX_FDS", "SP_STDIN", "SP_STDOUT",
            "SP_STDERR", "SP_STATUS", "OP_MKPARENTS", "OP_REQ_REG", "OP_REQ_DIR", "OP_KERNEL_MASK", "KILL_ALL", "KILL_DESC",
-           "MAX_BINDS", "MAX_WTMPFS", "MAX_MKDIRS", "OPTION_PATH_MAX")  # fmt: skip
+           "MAX_BINDS", "MAX_WTMPFS", "MAX_MKDIRS", "MAX_RULES", "MAX_OWN", "MAX_DEVRW", "OPTION_PATH_MAX")  # fmt: skip
 
 
 def python_value(c_name: str):

@@ -20,6 +20,8 @@ from .protocol import MAX_BINDS
 
 NETWORK_MODES = ("none", "host")
 CGROUP_MODES = ("auto", "off", "required")
+# "auto": $SANDBOXLITE_ISOLATION, else namespaces (never Landlock without being asked: it is weaker)
+ISOLATION_MODES = ("auto", "namespaces", "landlock")
 
 # Sandbox paths the jail itself owns; a caller's mount may not replace them.
 RESERVED_PATHS = ("/", "/proc", "/dev", "/sys")
@@ -122,6 +124,10 @@ class SandboxConfig:
     env: extra environment variables (on top of PATH, HOME, LANG, ...).
     workdir: the working directory of commands (a writable tmpfs at ``/testbed``).
     cgroups: ``"auto"`` (use them when the caller can), ``"off"``, or ``"required"``.
+    isolation: ``"namespaces"`` (bwrap: user, PID, mount, network, IPC, UTS, cgroup namespaces),
+        ``"landlock"`` (no namespaces: for containers that allow none; weaker, see SECURITY.md;
+        paths are the host's, ``Sandbox.workdir`` says where the workdir is), or ``"auto"``
+        (``$SANDBOXLITE_ISOLATION``, else namespaces: Landlock is never chosen unasked).
     """
 
     rootfs: str = "auto"
@@ -134,6 +140,7 @@ class SandboxConfig:
     # default seccomp profile refuses it)
     hostname: str | None = "sandbox"
     cgroups: str = "auto"
+    isolation: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.rootfs, (str, os.PathLike)) or not str(self.rootfs):
@@ -170,6 +177,8 @@ class SandboxConfig:
             raise ConfigError("limits", f"expected a Limits or a mapping, got {self.limits!r}")
         if self.network not in NETWORK_MODES:
             raise ConfigError("network", f"must be one of {', '.join(NETWORK_MODES)}, got {self.network!r}")
+        if self.isolation not in ISOLATION_MODES:
+            raise ConfigError("isolation", f"must be one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
         if self.cgroups not in CGROUP_MODES:
             raise ConfigError("cgroups", f"must be one of {', '.join(CGROUP_MODES)}, got {self.cgroups!r}")
         if not isinstance(self.env, Mapping):
@@ -200,8 +209,9 @@ def check_env_pair(key: Any, value: Any, field_name: str = "env") -> None:
         raise ConfigError(f"{field_name}[{key!r}]", f"must be a string without NUL bytes, got {value!r}")
 
 
-def base_env(config: SandboxConfig) -> dict[str, str]:
-    """The environment every command starts from."""
+def base_env(config: SandboxConfig, places: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment every command starts from (``places``: a Landlock sandbox's HOME and
+    TMPDIR, and no HOSTNAME: without a UTS namespace the host's name is the sandbox's)."""
     env = {
         "PATH": DEFAULT_PATH,
         "HOME": "/root",
@@ -215,6 +225,9 @@ def base_env(config: SandboxConfig) -> dict[str, str]:
         "MPLBACKEND": "Agg",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    if places is not None:
+        env.pop("HOSTNAME", None)
+        env.update(places)
     env.update(config.env)
     return env
 

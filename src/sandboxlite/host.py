@@ -26,8 +26,10 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import cgroups, devnodes, executor, identity, netns, paths, seccomp, slots
+from . import cgroups, devnodes, executor, identity, landlock, netns, paths, seccomp, slots
 from .bwrap import BwrapInfo, find_bwrap
+from .config import ISOLATION_MODES
+from .errors import ConfigError, SetupError
 from .idmap import IdmapCache
 
 # The environment variables a Host is detected from.
@@ -41,6 +43,9 @@ ENV_KEYS = (
     "SANDBOXLITE_NETNS_POOL",
     "SANDBOXLITE_DEV",
     "SANDBOXLITE_HOME",
+    "SANDBOXLITE_ISOLATION",
+    "SANDBOXLITE_LANDLOCK_DIR",
+    "TMPDIR",
     "CC",
 )
 # A spawn dup2s its descriptors onto 0..8 in the child (see plan.py): every source descriptor
@@ -59,9 +64,13 @@ class Host:
     ``uids``: a root caller's uid range, one uid per live sandbox (slots.py), else None and
     ``uids_reason`` says why; ``idmap``: the idmapped views of images for those uids (idmap.py);
     ``stage``: the directory the launcher attaches an idmapped image at, in its own namespace.
+    ``bwrap``: None when there is none (``bwrap_error`` says why): isolation="landlock" runs without.
+    ``isolation``: what ``isolation="auto"`` means here ($SANDBOXLITE_ISOLATION, else "namespaces").
+    ``landlock_abi``: the kernel's Landlock ABI (0: none, ``landlock_reason`` says why);
+    ``landlock_dir``: where Landlock sandboxes' own directories go.
     """
 
-    bwrap: BwrapInfo
+    bwrap: BwrapInfo | None
     euid: int
     run_as: tuple[int, int] | None = None
     cgroups: cgroups.Support = cgroups.Support(None, "not detected")
@@ -78,6 +87,11 @@ class Host:
     uids_reason: str = "not a root caller: sandboxes run as the caller"
     idmap: IdmapCache | None = field(default=None, repr=False)
     stage: str = ""
+    bwrap_error: SetupError | None = None
+    isolation: str = "namespaces"
+    landlock_abi: int = 0
+    landlock_reason: str = "not detected"
+    landlock_dir: str = ""
     # this Host's own descriptors (``dataclasses.replace`` gives a copy fresh ones)
     _fds: dict = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -94,7 +108,15 @@ class Host:
         env = dict(os.environ if env is None else env)
         euid = os.geteuid()
         run_as = identity.run_as(env, euid)
-        info = find_bwrap(env)
+        iso = env.get("SANDBOXLITE_ISOLATION") or "namespaces"
+        if iso not in ISOLATION_MODES or iso == "auto":
+            raise ConfigError("SANDBOXLITE_ISOLATION", f"must be namespaces or landlock, got {iso!r}",
+                              hint="unset it, or set SANDBOXLITE_ISOLATION=landlock")  # fmt: skip
+        try:
+            info, bwrap_error = find_bwrap(env), None
+        except SetupError as e:  # the Landlock mode runs without; a namespace sandbox raises it
+            info, bwrap_error = None, e
+        ll_abi, ll_reason = landlock.abi()
         support = cgroups.detect(env)
         exe = str(executor.executor_path())
         launcher = None
@@ -121,6 +143,8 @@ class Host:
             seccomp_no_memfd=seccomp.filter_bytes(memfd=False),
             netns=pool, cgroup_allocator=cgroups.Allocator(support) if support.kind else None,
             uids=uids, uids_reason=uids_reason, idmap=idmap, stage=stage, netns_reason=netns_reason,
+            bwrap_error=bwrap_error, isolation=iso, landlock_abi=ll_abi, landlock_reason=ll_reason,
+            landlock_dir=landlock.base_dir(env, euid),
         )  # fmt: skip
 
     @property
@@ -128,6 +152,16 @@ class Host:
         """The host uid images are owned by: the jails run as this uid, or (``uids``) as one of a range
         with their image idmapped to it."""
         return self.run_as[0] if self.run_as is not None else self.euid
+
+    def seccomp_for(self, memfd: bool, sockets: bool = True) -> bytes:
+        """The filter of a sandbox with (or without) memfd_create and socket (seccomp.filter_bytes)."""
+        if sockets:
+            return self.seccomp if memfd else self.seccomp_no_memfd
+        return seccomp.filter_bytes(memfd, sockets)
+
+    def isolation_for(self, requested: str) -> str:
+        """The isolation a sandbox asking for ``requested`` gets ("auto": this Host's default)."""
+        return self.isolation if requested == "auto" else requested
 
     def warn_once(self, key: str, message: str) -> None:
         """Log ``message`` (logger ``sandboxlite``, WARNING) the first time ``key`` comes up on this Host:

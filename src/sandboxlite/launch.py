@@ -24,13 +24,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from . import containers
+from . import landlock
 from . import rootfs as rootfs_mod
 from ._cmdio import Proc
 from .config import SandboxConfig, base_env, check_env_pair, resolve_path
 from .errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, SetupError, file_error
 from .host import HIGH_FD, Host, move_high
 from .identity import unreachable
-from .plan import JailPlan, Slot, netns_wanted, plan
+from .plan import JailPlan, Slot, check_landlock, netns_wanted, plan, plan_landlock
 from .protocol import MAX_REQUEST_PAYLOAD, SP_STATUS, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, mkdir_payload, \
     open_payload, spawn_payload, symlink_payload  # fmt: skip
 
@@ -58,6 +59,8 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
     ``on_phase(phase, jail)`` is called at "spawned" (bwrap runs) and "cloned" (bwrap said which
     pid the jail's init has): for tests that break a start half-way."""
     t0 = time.perf_counter()
+    if host.isolation_for(config.isolation) == "landlock":
+        return _start_landlock(config, host, start_timeout=start_timeout, on_phase=on_phase, t0=t0)
     root = rootfs_mod.resolve(config.rootfs)
     if config.rootfs == "auto" and root.kind == "host":
         host.warn_once("rootfs-auto-host", f"rootfs='auto': {rootfs_mod.auto_choice()[1]} (build the default "
@@ -87,6 +90,34 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
                 os.close(fd)  # the launcher holds them now: used by this sandbox only
         if pool is not None:
             pool.refill()  # (launch() woke it already unless it failed before the spawn)
+
+
+def _start_landlock(config: SandboxConfig, host: Host, *, start_timeout: float, on_phase, t0: float) -> "Jail":
+    """A sandbox without namespaces (isolation="landlock"): its own directories, then the executor."""
+    check_landlock(config)
+    root = rootfs_mod.host_plan()
+    lease = None
+    if host.uids is not None:  # a root caller's sandbox gets a uid of its own, as with namespaces
+        lease = host.uids.lease()
+        run_as: tuple[int, int] | None = (lease.uid, host.run_as[1])  # type: ignore[index]
+    else:
+        run_as = host.run_as
+    places = None
+    try:
+        preflight(config, root, host, Slot(run_as[0], run_as[1], None, False) if lease is not None and run_as else None)
+        places = landlock.make_places(host.landlock_dir, run_as)
+        p = plan_landlock(config, host, root, places, run_as)
+        if config.cgroups == "auto" and p.cgroup.mode == "off":
+            host.warn_once("cgroups-auto-off", f"cgroups='auto': no cgroups here ({p.cgroup.reason}); memory and "
+                           "processes are limited by rlimits per process, disk use by no limit")  # fmt: skip
+        jail = launch(p, host, start_timeout=start_timeout, on_phase=on_phase, t0=t0, lease=lease, places=places)
+        lease = places = None  # the jail's now
+        return jail
+    finally:
+        if places is not None:
+            landlock.remove_places(places.root)
+        if lease is not None:
+            lease.release()
 
 
 def _take_slot(host: Host, root: rootfs_mod.RootfsPlan, owner: int | None):
@@ -145,11 +176,13 @@ def preflight(config: SandboxConfig, root: rootfs_mod.RootfsPlan, host: Host, sl
 
 def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, lower_fd: int | None = None,
            start_timeout: float = START_TIMEOUT_S, on_phase: Callable[[str, "Jail"], None] | None = None,
-           t0: float | None = None, lease=None) -> "Jail":  # fmt: skip
+           t0: float | None = None, lease=None, places: "landlock.Places | None" = None) -> "Jail":  # fmt: skip
     """Spawn the jail ``p`` describes and wait for its executor's hello.  ``lease``: the uid lease
-    the jail runs under (given back when it is torn down, also when this fails)."""
+    the jail runs under, ``places``: a Landlock sandbox's directories (both given back when it is
+    torn down, also when this fails)."""
     jail = Jail(p)
     jail._lease = lease
+    jail._places = places
     jail.timings["begin"] = time.perf_counter() if t0 is None else t0
     jail.timings["planned"] = time.perf_counter()
     if (p.netns == "pooled") != (net_fd is not None) or p.idmapped != (lower_fd is not None):
@@ -167,7 +200,7 @@ def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, lower_fd: int 
         sec_r, sec_w = os.pipe2(os.O_CLOEXEC)
         ours.append(sec_r)
         try:
-            os.write(sec_w, host.seccomp if p.memfd else host.seccomp_no_memfd)  # far below the 64 KiB pipe buffer
+            os.write(sec_w, host.seccomp_for(p.memfd, p.sockets))  # far below the 64 KiB pipe buffer
         finally:
             os.close(sec_w)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -198,7 +231,9 @@ def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, lower_fd: int 
             jail.pid = os.posix_spawn(p.program, p.spawn_argv(tasks), {}, file_actions=actions, setsid=True,
                                       setsigdef=_DEFAULT_SIGNALS)  # fmt: skip
         except OSError as e:
-            raise SetupError(f"could not run {p.program}: {e}", hint="apt-get install bubblewrap") from None
+            raise SetupError(f"could not run {p.program}: {e}",
+                             hint="apt-get install bubblewrap" if p.isolation == "namespaces" else
+                             "run `sandboxlite doctor`") from None  # fmt: skip
         jail.timings["spawned"] = time.perf_counter()
         if net_fd is not None and host.netns is not None:
             host.netns.refill()  # the next namespace is made while bwrap boots
@@ -270,7 +305,7 @@ class Jail:
 
     def __init__(self, p: JailPlan) -> None:
         self.plan = p
-        self.env = base_env(p.config)  # what every command starts from
+        self.env = base_env(p.config, dict(p.env) if p.isolation == "landlock" else None)  # every command's
         self._env_list = [f"{k}={v}" for k, v in self.env.items()]
         self.timings: dict[str, float] = {}
         self.chan: Channel | None = None
@@ -284,6 +319,7 @@ class Jail:
         self._err_r: int | None = None
         self._info_r: int | None = None
         self._lease = None  # the host uid lease (slots.py), given back once nothing runs as it
+        self._places = None  # a Landlock sandbox's directories (landlock.py), removed at teardown
         self.uid_note = ""  # why this jail shares its host uid with others (when it does)
         self._owner = os.getpid()  # a forked child holds copies: it must not tear the jail down
         self.closed = False
@@ -292,7 +328,9 @@ class Jail:
     def _boot(self, host: Host, timeout: float, on_phase) -> None:
         """Learn the init's pid, place it in its cgroup, get the hello."""
         assert self.chan is not None
-        init_pid = self._read_child_pid(timeout)
+        # a Landlock sandbox's executor is the process spawned (the launcher executes it)
+        init_pid = self.pid if self.plan.isolation == "landlock" else self._read_child_pid(timeout)
+        assert init_pid is not None
         self.init_pid = init_pid
         self.timings["cloned"] = time.perf_counter()
         try:
@@ -385,6 +423,8 @@ class Jail:
             self.chan.close()  # the executor sees EOF and exits: the PID namespace dies with it
         if self.pid is not None and self.status is None:
             if self._pidfd is None or not _wait_readable(self._pidfd, 2.0):  # a wedged jail: kill it outright
+                if self.plan.isolation == "landlock":
+                    self._kill_tree()  # no PID namespace to take the executor's descendants with it
                 self._kill_init()
                 self._kill_bwrap()
             if self.status is None:
@@ -397,6 +437,9 @@ class Jail:
         if self.cgroup is not None:
             self.cgroup.destroy()
             self.cgroup = None
+        if self._places is not None:
+            landlock.remove_places(self._places.root)
+            self._places = None
         if self._lease is not None and (self.pid is None or self.status is not None):
             self._lease.release()  # bwrap is reaped: with the PID namespace, all of the jail is gone
             self._lease = None
@@ -412,7 +455,7 @@ class Jail:
         if self.chan is not None:
             self.chan.close()  # our copies only: the executor still has the owner's end
         self._close_own_fds()
-        self.cgroup = self._lease = None  # the owner's
+        self.cgroup = self._lease = self._places = None  # the owner's
 
     def __del__(self) -> None:
         # dropped without teardown() (a caller of launch() that lost it): nothing may outlive it
@@ -444,6 +487,40 @@ class Jail:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+    def _kill_tree(self) -> None:
+        """A Landlock sandbox whose executor does not end: SIGSTOP and SIGKILL everything below it
+        (its children lists: it is a subreaper, the sandbox's orphans are its own), then it."""
+        assert self.pid is not None
+
+        def below(pid: int, depth: int) -> None:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                return
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/children") as f:
+                        kids = [int(c) for c in f.read().split()]
+                except (OSError, ValueError):
+                    continue
+                for kid in kids:
+                    for sig in (signal.SIGSTOP, None, signal.SIGKILL):
+                        try:
+                            if sig is None:
+                                if depth < 64:
+                                    below(kid, depth + 1)
+                            else:
+                                os.kill(kid, sig)
+                        except ProcessLookupError:
+                            break
+
+        try:
+            os.kill(self.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return
+        for _ in range(3):  # what was forked while we looked is found on the next round
+            below(self.pid, 0)
 
     def _kill_init(self) -> None:
         if self._init_pidfd is not None:

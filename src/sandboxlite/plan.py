@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import landlock
 from .config import SandboxConfig
-from .errors import SetupError
+from .errors import ConfigError, SetupError
 from .host import Host
 from .protocol import CTRL_FD
 from .rootfs import RootfsPlan
@@ -94,6 +95,9 @@ class JailPlan:
     # where commands start and relative paths resolve: config.workdir with namespaces; with
     # isolation="landlock" a directory of the sandbox's own on the host (paths are the host's)
     workdir_path: str = ""
+    isolation: str = "namespaces"  # or "landlock": ``program`` is the executor itself (plan_landlock)
+    env: tuple[tuple[str, str], ...] = ()  # on top of base_env: a Landlock sandbox's HOME and TMPDIR
+    sockets: bool = True  # socket(2) offered (a Landlock sandbox without network has none: seccomp.py)
 
     @property
     def workdir(self) -> str:
@@ -132,6 +136,11 @@ def plan(
     ``host.run_as``).  Raises SetupError when ``config`` asks for what the host cannot give
     (cgroups="required").
     """
+    if host.bwrap is None:
+        assert host.bwrap_error is not None
+        raise SetupError(f"{host.bwrap_error.message}: namespace isolation needs it",
+                         hint=f"{host.bwrap_error.hint}; or, without namespaces, isolation='landlock' "
+                         "(SANDBOXLITE_ISOLATION=landlock; weaker: SECURITY.md)")  # fmt: skip
     cg = _cgroup_plan(config, host)
     run_as = (slot.uid, slot.gid) if slot is not None else host.run_as
     idmapped = slot is not None and slot.idmapped and rootfs.kind == "dir" and image_owner == host.uid
@@ -167,6 +176,75 @@ def plan(
         idmapped=idmapped, stage=host.stage if idmapped else "",
         memfd=cg.mode != "off" or config.limits.memory_mb is None,
     )  # fmt: skip
+
+
+def plan_landlock(config: SandboxConfig, host: Host, rootfs: RootfsPlan, places: "landlock.Places",
+                  run_as: tuple[int, int] | None = None) -> JailPlan:  # fmt: skip
+    """Decide a Landlock sandbox (isolation="landlock": no bwrap, no namespaces) for ``config``.
+
+    The executor is spawned directly (a root caller's launcher first drops to ``run_as``), with
+    the paths it may read (``landlock.READ_ONLY``, read-only mounts), write (``places``, its own,
+    and read-write mounts) and the device files it may open; the rest is refused.  Raises
+    ConfigError for what needs a mount namespace: an image, a workdir other than /testbed (it is
+    ``places.workdir``), a mount whose destination differs from its source.
+    """
+    check_landlock(config)
+    if host.landlock_abi < landlock.MIN_ABI:
+        raise SetupError(
+            f"isolation='landlock' needs Landlock ABI {landlock.MIN_ABI} (Linux 6.12), this host has "
+            + (f"ABI {host.landlock_abi}" if host.landlock_abi else f"none ({host.landlock_reason})"),
+            hint="use namespaces (isolation='namespaces'; in a container, the recipe `sandboxlite doctor` prints)",
+        )
+    cg = _cgroup_plan(config, host)
+    exe = f"/proc/self/fd/{EXECUTOR_FD}"
+    argv = [exe, f"ctrl={CTRL_FD}", f"exe={EXECUTOR_FD}", f"seccomp={SECCOMP_FD}", "landlock=1"]
+    if config.network == "host":
+        argv.append("net=1")
+    argv += [f"ro={p}" for p in landlock.READ_ONLY]
+    argv += [f"{'rw' if m.rw else 'ro'}={m.src}" for m in config.mounts]
+    argv += [f"own={p}" for p in places.own]
+    argv += [f"devrw={p}" for p in landlock.DEVICES]
+    # RLIMIT_NPROC counts every process of the uid: the caller's own too when the sandbox runs as it
+    rlimits = rlimit_args(config, memory_by_cgroup=cg.mode != "off", nproc_enforced=True)
+    argv += rlimits
+    fds = (("ctrl", CTRL_FD), ("executor", EXECUTOR_FD), ("seccomp", SECCOMP_FD))
+    if run_as is not None:
+        if host.launcher is None:
+            raise SetupError("a root caller needs the launcher (it drops to an unprivileged uid)",
+                             hint="run `sandboxlite doctor`")  # fmt: skip
+        program, launcher = host.launcher[0], tuple(host.launcher[1])
+    else:
+        program, launcher = exe, ()
+    return JailPlan(
+        config=config, rootfs=rootfs, argv=tuple(argv), program=program, launcher=launcher, run_as=run_as,
+        fds=fds, generation=(), rlimits=tuple(rlimits), cgroup=cg, copy_on_write=False,
+        cow_reason="isolation='landlock' has no copy-on-write root: the host's files are read-only, the "
+        "sandbox writes in its own directories (workdir, TMPDIR, HOME)",
+        dev=None, dev_reason="the host's /dev: only " + ", ".join(landlock.DEVICES) + " can be opened",
+        netns="host" if config.network == "host" else "none",
+        memfd=cg.mode != "off" or config.limits.memory_mb is None,
+        workdir_path=places.workdir, isolation="landlock", env=tuple(places.env().items()),
+        sockets=config.network == "host",
+    )  # fmt: skip
+
+
+def check_landlock(config: SandboxConfig) -> None:
+    """ConfigError for what a Landlock sandbox cannot do (it has no mount namespace)."""
+    if config.rootfs not in ("auto", "host"):
+        raise ConfigError("rootfs", f"isolation='landlock' runs over the host's own files (no mount namespace to put "
+                          f"an image at /), got rootfs={config.rootfs!r}",
+                          hint="use rootfs='host' (or 'auto'), and install what the sandbox needs on the host "
+                          "or in the container image; or use namespaces for images")  # fmt: skip
+    if config.workdir != "/testbed":
+        raise ConfigError("workdir", f"isolation='landlock' gives each sandbox a workdir of its own on the host "
+                          f"(Sandbox.workdir), it cannot be placed at {config.workdir}",
+                          hint="leave workdir at its default, and take the path from Sandbox.workdir")  # fmt: skip
+    for m in config.mounts:
+        if m.dst != m.src:
+            raise ConfigError("mounts", f"isolation='landlock' cannot show {m.src} at {m.dst} (no mount namespace): "
+                              "a mount there grants access to a host path at its own place",
+                              hint=f"use Mount({m.src!r}, {m.src!r}{', rw=True' if m.rw else ''}), or copy files in "
+                              "with Sandbox.upload()")  # fmt: skip
 
 
 def _cgroup_plan(config: SandboxConfig, host: Host) -> CgroupPlan:

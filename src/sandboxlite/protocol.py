@@ -119,6 +119,9 @@ class ExecutorExit(enum.IntEnum):
 MAX_BINDS = 64  # bind=: the caller's mounts, carried into a copy-on-write root
 MAX_WTMPFS = 8  # wtmpfs=: a tmpfs of its own (a workdir outside the writable places)
 MAX_MKDIRS = 8  # mkdir=: directories to create (a workdir inside a writable place)
+MAX_RULES = 64  # ro=, rw=: paths a Landlock sandbox reads (and writes) beneath
+MAX_OWN = 8  # own=: a Landlock sandbox's own directories (emptied at every generation)
+MAX_DEVRW = 16  # devrw=: device files a Landlock sandbox reads and writes
 
 
 class OptKind(str, enum.Enum):
@@ -158,6 +161,12 @@ EXECUTOR_OPTIONS: dict[str, ExecutorOption] = {
         ExecutorOption("rootro", OptKind.FLAG),  # the generation's bind of the jail's root is read-only
         ExecutorOption("mkdir", OptKind.PATH, MAX_MKDIRS),
         ExecutorOption("ptys", OptKind.COUNT),  # the generation's devpts instance holds at most this many
+        ExecutorOption("landlock", OptKind.FLAG),  # no namespaces: a Landlock domain (executor.c, "Landlock mode")
+        ExecutorOption("ro", OptKind.PATH, MAX_RULES),  # Landlock: read and execute beneath (skipped when missing)
+        ExecutorOption("rw", OptKind.PATH, MAX_RULES),  # Landlock: read, write and execute beneath
+        ExecutorOption("own", OptKind.PATH, MAX_OWN),  # Landlock: the sandbox's own directory, emptied every generation
+        ExecutorOption("devrw", OptKind.PATH, MAX_DEVRW),  # Landlock: a device file read and written (/dev/null)
+        ExecutorOption("net", OptKind.FLAG),  # Landlock: TCP bind and connect are not restricted
         ExecutorOption("cpu", OptKind.RLIMIT),  # RLIMIT_CPU, seconds
         ExecutorOption("as", OptKind.RLIMIT),  # RLIMIT_AS, bytes
         ExecutorOption("fsize", OptKind.RLIMIT),  # RLIMIT_FSIZE, bytes

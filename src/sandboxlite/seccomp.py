@@ -131,10 +131,13 @@ def _import():
 UNCOUNTED_MEMORY_SYSCALLS: tuple[str, ...] = ("memfd_create", "shmget")
 
 
-@functools.lru_cache(maxsize=2)
-def filter_bytes(memfd: bool = True) -> bytes:
+@functools.lru_cache(maxsize=4)
+def filter_bytes(memfd: bool = True, sockets: bool = True) -> bytes:
     """The compiled BPF program (cached; building it takes a few milliseconds).
-    ``memfd=False``: also UNCOUNTED_MEMORY_SYSCALLS get ENOSYS (for sandboxes without a memory cgroup)."""
+    ``memfd=False``: also UNCOUNTED_MEMORY_SYSCALLS get ENOSYS (for sandboxes without a memory cgroup).
+    ``sockets=False``: socket(2) fails with EACCES for every family (socketpair(2) still works): a
+    Landlock sandbox without network has no network namespace of its own, and Landlock
+    governs neither UDP nor connecting to a host's named unix socket (a daemon's)."""
     sc = _import()
     f = sc.SyscallFilter(defaction=sc.ALLOW)
     eperm = sc.ERRNO(errno.EPERM)
@@ -149,10 +152,13 @@ def filter_bytes(memfd: bool = True) -> bytes:
         f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     for req in DENIED_IOCTLS.values():
         f.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, req))
-    # AF_PACKET sockets sniff interfaces; there is nothing to sniff, deny anyway.
-    f.add_rule(eperm, "socket", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, 17))  # the kernel reads an int
+    if sockets:
+        # AF_PACKET sockets sniff interfaces; there is nothing to sniff, deny anyway.
+        f.add_rule(eperm, "socket", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, 17))  # the kernel reads an int
+    else:
+        f.add_rule(sc.ERRNO(errno.EACCES), "socket")
     for family in DENIED_SOCKET_FAMILIES.values():
-        for call in ("socket", "socketpair"):
+        for call in ("socket", "socketpair") if sockets else ("socketpair",):
             f.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), call, sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, family))
     with tempfile.TemporaryFile() as tmp:
         f.export_bpf(tmp)

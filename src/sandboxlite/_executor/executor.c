@@ -169,12 +169,16 @@ enum reply {
 #define MAX_BINDS 64 /* bind=: caller mounts carried into an overlay root */
 #define MAX_WTMPFS 8 /* wtmpfs=: extra tmpfs (a workdir outside the writable places) */
 #define MAX_MKDIRS 8 /* mkdir=: directories to create (a workdir inside a writable place) */
+#define MAX_RULES 64 /* ro=, rw=: paths a Landlock sandbox reads (and writes) beneath */
+#define MAX_OWN 8    /* own=: a Landlock sandbox's own directories (emptied at every generation) */
+#define MAX_DEVRW 16 /* devrw=: device files a Landlock sandbox reads and writes */
 #define OPTION_PATH_MAX 4032 /* the longest path option: PATH_MAX, less room for the generation's prefix */
 
 enum opt_kind { OPT_FD, OPT_SIZE, OPT_PATH, OPT_FLAG, OPT_COUNT, OPT_RLIMIT };
 enum opt_id {
   O_CTRL, O_EXE, O_SECCOMP, O_LOWER, O_UPPER, O_TMP, O_TESTBED, O_BIND, O_WTMPFS, O_DEVDIR, O_ROOTRO, O_MKDIR,
-  O_PTYS, O_CPU, O_AS, O_FSIZE, O_NPROC, O_NOFILE, O_CORE, O_STACK, N_OPTS
+  O_PTYS, O_LANDLOCK, O_RO, O_RW, O_OWN, O_DEVRW, O_NET, O_CPU, O_AS, O_FSIZE, O_NPROC, O_NOFILE, O_CORE,
+  O_STACK, N_OPTS
 };
 static const struct opt_spec {
   const char *key;
@@ -194,6 +198,12 @@ static const struct opt_spec {
   [O_ROOTRO] = {"rootro", OPT_FLAG, 1},    /* make the generation's bind of the jail's root read-only */
   [O_MKDIR] = {"mkdir", OPT_PATH, MAX_MKDIRS},
   [O_PTYS] = {"ptys", OPT_COUNT, 1},       /* the generation's devpts instance holds at most this many */
+  [O_LANDLOCK] = {"landlock", OPT_FLAG, 1}, /* no namespaces: a Landlock domain (see "Landlock mode") */
+  [O_RO] = {"ro", OPT_PATH, MAX_RULES},    /* Landlock: read and execute beneath (skipped when missing) */
+  [O_RW] = {"rw", OPT_PATH, MAX_RULES},    /* Landlock: read, write and execute beneath */
+  [O_OWN] = {"own", OPT_PATH, MAX_OWN},    /* Landlock: the sandbox's own directory, emptied every generation */
+  [O_DEVRW] = {"devrw", OPT_PATH, MAX_DEVRW}, /* Landlock: a device file read and written (/dev/null) */
+  [O_NET] = {"net", OPT_FLAG, 1},          /* Landlock: TCP bind and connect are not restricted */
   [O_CPU] = {"cpu", OPT_RLIMIT, 1},        /* rlimits: a number in the resource's unit, or inf */
   [O_AS] = {"as", OPT_RLIMIT, 1},
   [O_FSIZE] = {"fsize", OPT_RLIMIT, 1},
@@ -216,9 +226,10 @@ static struct options {
   int ctrl, exe, seccomp;  /* descriptors; exe and seccomp -1 when absent */
   const char *lower;       /* overlay lower dir (the image), or NULL */
   unsigned long long upper, tmp, testbed;
-  int devdir, rootro;
+  int devdir, rootro, landlock, net;
   unsigned ptys;           /* devpts max= */
   const char *binds[MAX_BINDS];
+  const char *ro[MAX_RULES], *rw[MAX_RULES], *own[MAX_OWN], *devrw[MAX_DEVRW];
   const char *wtmpfs[MAX_WTMPFS];
   const char *mkdirs[MAX_MKDIRS];
   int n[N_OPTS];           /* how many times each key was given */
@@ -625,8 +636,239 @@ static void gen_child(int ready_w, int hold_r) {
   _exit(0);
 }
 
+
+/* ---- Landlock mode (landlock=1) ----------------------------------------------
+ *
+ * For hosts where no namespace can be had (a container whose seccomp profile
+ * refuses them, a managed notebook): the host starts the executor itself, as
+ * the sandbox's uid (a root caller's launcher drops to it first), without
+ * bwrap and without any namespace.  Instead:
+ *   - At start the executor sets no_new_privs and enters a Landlock domain D1:
+ *     beneath ro= the filesystem is read and executed, beneath rw= and own=
+ *     also written, devrw= device files are read and written, and nothing else
+ *     is opened at all; TCP bind and connect are denied (unless net=1);
+ *     signals and abstract unix sockets are scoped to the domain.
+ *   - The zygote (and a supervisor forked without one) enters a second layer
+ *     D2 of the same rules (confine_self): a command can signal its
+ *     sandbox's other processes, never the executor (a scoped domain reaches
+ *     only itself and the domains nested in it), nor anything outside.  The
+ *     file API runs in D1: it reaches what the sandbox reaches, so a symlink
+ *     planted out of it is refused as the command's own open would be.
+ *   - The executor is a child subreaper: whatever a command leaves behind is
+ *     re-parented to it, so kill_tree() (reset, the host's close) reaches the
+ *     whole sandbox by walking /proc/PID/task/TID/children.  Every supervisor
+ *     and command has a parent-death signal: if the executor is killed
+ *     outright they die with it (what they started in turn is not covered).
+ *   - A generation is the own= directories emptied (never through a symlink).
+ *     Paths are the host's own: the host names the sandbox's directories.
+ */
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#define SYS_landlock_add_rule 445
+#define SYS_landlock_restrict_self 446
+#endif
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452
+#endif
+#define LL_FS_EXECUTE (1ull << 0)
+#define LL_FS_WRITE_FILE (1ull << 1)
+#define LL_FS_READ_FILE (1ull << 2)
+#define LL_FS_READ_DIR (1ull << 3)
+#define LL_FS_MAKE_CHAR (1ull << 6)
+#define LL_FS_MAKE_BLOCK (1ull << 11)
+#define LL_FS_TRUNCATE (1ull << 14)
+#define LL_FS_IOCTL_DEV (1ull << 15)
+#define LL_FS_ALL ((1ull << 16) - 1) /* every right up to ABI 5's IOCTL_DEV */
+#define LL_FS_FILE (LL_FS_EXECUTE | LL_FS_WRITE_FILE | LL_FS_READ_FILE | LL_FS_TRUNCATE | LL_FS_IOCTL_DEV)
+#define LL_FS_RO (LL_FS_EXECUTE | LL_FS_READ_FILE | LL_FS_READ_DIR)
+#define LL_FS_RW (LL_FS_ALL & ~(LL_FS_MAKE_CHAR | LL_FS_MAKE_BLOCK))
+#define LL_FS_DEV (LL_FS_READ_FILE | LL_FS_WRITE_FILE | LL_FS_TRUNCATE | LL_FS_IOCTL_DEV)
+#define LL_NET_TCP 3ull   /* bind and connect */
+#define LL_SCOPE_ALL 3ull /* abstract unix sockets, signals (ABI 6) */
+#define LL_MIN_ABI 6
+
+struct ll_ruleset_attr {
+  uint64_t handled_access_fs, handled_access_net, scoped;
+};
+struct ll_path_beneath {
+  uint64_t allowed_access;
+  int32_t parent_fd;
+} __attribute__((packed));
+
+static int ll_ruleset = -1;
+static int gen_ok; /* a generation is ready (either mode) */
+
+static void ll_fail(const char *what, const char *path) {
+  dprintf(2, "sandboxlite-executor: landlock: %s%s%s: %s\n", what, path ? " " : "", path ? path : "", strerror(errno));
+  _exit(EXIT_SETUP);
+}
+
+static void ll_rule(const char *path, uint64_t access, int optional) {
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  if (fd < 0) {
+    if (optional && errno == ENOENT) return;
+    ll_fail("opening", path);
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0) ll_fail("stat", path);
+  if (!S_ISDIR(st.st_mode)) access &= LL_FS_FILE; /* a rule on a file takes only a file's rights */
+  struct ll_path_beneath pb = {access, fd};
+  if (syscall(SYS_landlock_add_rule, ll_ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &pb, 0) < 0)
+    ll_fail("adding a rule for", path);
+  close(fd);
+}
+
+/* The executor's own confinement (D1), before it opens anything of the sandbox's. */
+static void landlock_start(void) {
+  long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1 /* LANDLOCK_CREATE_RULESET_VERSION */);
+  if (abi < LL_MIN_ABI) {
+    if (abi < 0)
+      dprintf(2, "sandboxlite-executor: landlock: unavailable: %s\n", strerror(errno));
+    else
+      dprintf(2, "sandboxlite-executor: landlock: ABI %ld: this mode needs ABI %d (Linux 6.12 or newer)\n", abi,
+              LL_MIN_ABI);
+    _exit(EXIT_SETUP);
+  }
+  struct ll_ruleset_attr attr = {LL_FS_ALL, opts.net ? 0 : LL_NET_TCP, LL_SCOPE_ALL};
+  ll_ruleset = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+  if (ll_ruleset < 0) ll_fail("creating a ruleset", NULL);
+  for (int i = 0; i < opts.n[O_RO]; i++) ll_rule(opts.ro[i], LL_FS_RO, 1);
+  for (int i = 0; i < opts.n[O_RW]; i++) ll_rule(opts.rw[i], LL_FS_RW, 0);
+  for (int i = 0; i < opts.n[O_OWN]; i++) ll_rule(opts.own[i], LL_FS_RW, 0);
+  for (int i = 0; i < opts.n[O_DEVRW]; i++) ll_rule(opts.devrw[i], LL_FS_DEV, 1);
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) ll_fail("becoming a subreaper", NULL);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) ll_fail("no_new_privs", NULL);
+  if (syscall(SYS_landlock_restrict_self, ll_ruleset, 0) < 0) ll_fail("entering the domain", NULL);
+}
+
+/* SIGSTOP, walk, SIGKILL every process below `pid` (children lists are per thread). */
+static void kill_below(pid_t pid, int depth) {
+  char path[320];
+  snprintf(path, sizeof path, "%d/task", (int)pid);
+  int tfd = openat(proc_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *tasks = tfd >= 0 ? fdopendir(tfd) : NULL;
+  if (!tasks) {
+    if (tfd >= 0) close(tfd);
+    return;
+  }
+  struct dirent *t;
+  while ((t = readdir(tasks))) {
+    if (t->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "%d/task/%s/children", (int)pid, t->d_name);
+    int fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf - 1); /* what does not fit is found on the next round */
+    close(fd);
+    if (n <= 0) continue;
+    buf[n] = 0;
+    for (char *p = buf, *end; *p; p = end) {
+      long c = strtol(p, &end, 10);
+      if (end == p) break;
+      if (c <= 0) continue;
+      kill((pid_t)c, SIGSTOP); /* it forks nothing more while we look below it */
+      if (depth < 64) kill_below((pid_t)c, depth + 1);
+      kill((pid_t)c, SIGKILL);
+    }
+  }
+  closedir(tasks);
+}
+
+/* Landlock mode: kill every process of the sandbox and reap it.  As a subreaper the executor
+ * gets whatever is orphaned meanwhile, so the next round finds it; done when nothing is left. */
+static void kill_tree(void) {
+  for (;;) {
+    /* signals are scoped to the executor's domain: kill(-1) reaches this sandbox's processes and
+     * no others (the executor, the only process of D1, is spared), whatever their uid */
+    if (ll_ruleset >= 0) kill(-1, SIGKILL);
+    kill_below(getpid(), 0);
+    for (;;) {
+      pid_t p = waitpid(-1, NULL, WNOHANG | __WALL);
+      if (p > 0) continue;
+      if (p < 0 && errno == ECHILD) return;
+      break;
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Remove everything in the directory `dfd`, never following a symlink: a directory the
+ * sandbox made unreadable is made readable first (fchmodat2 refuses a symlink).  At most 200
+ * levels deep (two descriptors a level): deeper, ELOOP, and the host replaces the sandbox. */
+static int empty_dir(int dfd, int depth) {
+  if (depth > 200) {
+    errno = ELOOP;
+    return -1;
+  }
+  for (int pass = 0; pass < 4; pass++) { /* entries removed while listing may hide others */
+    int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (!d) {
+      if (lfd >= 0) close(lfd);
+      return -1;
+    }
+    int left = 0, err = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      const char *name = e->d_name;
+      if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2]))) continue;
+      if (unlinkat(dfd, name, 0) == 0) continue;
+      if (errno != EISDIR) {
+        err = errno, left = 1;
+        continue;
+      }
+      if (syscall(SYS_fchmodat2, dfd, name, 0700, AT_SYMLINK_NOFOLLOW) < 0 && errno != ENOSYS) {
+        err = errno, left = 1;
+        continue;
+      }
+      int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0 || empty_dir(sub, depth + 1) < 0 || unlinkat(dfd, name, AT_REMOVEDIR) < 0) err = errno, left = 1;
+      if (sub >= 0) close(sub);
+    }
+    closedir(d);
+    if (!left) return 0;
+    if (err == ELOOP || err == EMFILE) {
+      errno = err;
+      return -1;
+    }
+    if (pass == 3) {
+      errno = err ? err : ENOTEMPTY;
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Landlock mode's generation: the sandbox's own directories, empty. */
+static int ll_generation(void) {
+  if (gen_root < 0 && (gen_root = fcntl(root_fd, F_DUPFD_CLOEXEC, 0)) < 0) return -1;
+  for (int i = 0; i < opts.n[O_OWN]; i++) {
+    int fd = open(opts.own[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int r = empty_dir(fd, 0), err = errno;
+    close(fd);
+    if (r < 0) {
+      errno = err;
+      return -1;
+    }
+  }
+  gen_ok = 1;
+  return 0;
+}
+
+/* The host has gone (or closed the sandbox): nothing of the sandbox may outlive it. */
+static void quit(void) {
+  if (opts.landlock) {
+    kill_tree();
+    ll_generation(); /* nothing is left for the host to remove but the directories */
+  }
+  _exit(0);
+}
+
 /* Build a new generation; returns 0, or -1 with errno set. */
 static int new_generation(void) {
+  if (opts.landlock) return ll_generation();
   int ready[2], hold[2];
   if (pipe2(ready, O_CLOEXEC) < 0) return -1;
   if (pipe2(hold, O_CLOEXEC) < 0) {
@@ -676,6 +918,7 @@ static int new_generation(void) {
   gen_mnt = mnt;
   gen_ipc = ipc;
   gen_root = rootfd;
+  gen_ok = 1;
   return 0;
 }
 
@@ -683,11 +926,17 @@ static int new_generation(void) {
  * give up every privilege; the command inherits all of it.  Any failure ends
  * the process: nothing ever runs unconfined. */
 static void confine_self(void) {
-  int ok = setns(gen_mnt, CLONE_NEWNS) == 0 && chdir("/") == 0 && setns(gen_ipc, CLONE_NEWIPC) == 0;
+  int ok;
+  if (opts.landlock) /* a layer of the executor's rules of its own (D2: see "Landlock mode") */
+    ok = prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && syscall(SYS_landlock_restrict_self, ll_ruleset, 0) == 0;
+  else
+    ok = setns(gen_mnt, CLONE_NEWNS) == 0 && chdir("/") == 0 && setns(gen_ipc, CLONE_NEWIPC) == 0;
   ok = ok && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0;
   ok = ok && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0;
+  /* without CAP_SETPCAP (Landlock mode runs as an unprivileged uid) the bounding set cannot
+   * shrink; with no_new_privs and no capability in any other set it grants nothing */
   for (int cap = 0; ok && cap <= 63; cap++)
-    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) ok = 0;
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL && !(opts.landlock && errno == EPERM)) ok = 0;
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[2];
   memset(data, 0, sizeof data);
@@ -779,11 +1028,15 @@ static int load_filter(int fd) {
 
 /* Reset: kill every process of the sandbox, then a fresh generation. */
 static void do_reset(uint32_t id) {
-  kill(-1, SIGKILL); /* PID 1 itself is spared */
-  for (;;) {
-    pid_t p = waitpid(-1, NULL, __WALL);
-    if (p < 0 && errno == EINTR) continue;
-    if (p < 0) break;
+  if (opts.landlock) {
+    kill_tree();
+  } else {
+    kill(-1, SIGKILL); /* PID 1 itself is spared */
+    for (;;) {
+      pid_t p = waitpid(-1, NULL, __WALL);
+      if (p < 0 && errno == EINTR) continue;
+      if (p < 0) break;
+    }
   }
   n_children = 0;
   drop_standby();
@@ -876,6 +1129,7 @@ static void run_supervisor(uint32_t id, char *payload, size_t plen, int *fds, in
   if (c == 0) {
     /* C: the command */
     setsid();
+    if (opts.landlock) prctl(PR_SET_PDEATHSIG, SIGKILL);
     int devnull = (want[0] < 0 || want[1] < 0 || want[2] < 0) ? open("/dev/null", O_RDWR | O_CLOEXEC) : -1;
     for (int i = 0; i < 3; i++) {
       int src = want[i] >= 0 ? want[i] : devnull;
@@ -922,6 +1176,7 @@ static int standby_asked; /* the zygote owes us a standby */
 
 /* A standby's life: wait for one request, then supervise that command. */
 static void standby_serve(int sock) {
+  if (opts.landlock) prctl(PR_SET_PDEATHSIG, SIGKILL); /* a clone's own: not inherited from the zygote */
   /* request: u32 id, u32 length, payload; descriptors with the first bytes */
   uint32_t hdr[2];
   int fds[MAX_FDS], nfds = 0;
@@ -974,7 +1229,7 @@ static void zygote_gone(void) {
  * pair) and never returns; 0 with *pid and *fd (our end), or -1. */
 static int fork_confined(void (*body)(int), pid_t *pid, int *fd) {
   int sv[2];
-  if (gen_mnt < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return -1;
+  if (!gen_ok || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return -1;
   pid_t p = fork();
   if (p < 0) {
     close(sv[0]), close(sv[1]);
@@ -1367,7 +1622,8 @@ static void parse_options(int argc, char **argv) {
         break;
       case OPT_FLAG:
         if (strcmp(v, "0") && strcmp(v, "1")) bad_option("option '%s': expected 0 or 1", a);
-        *(id == O_DEVDIR ? &opts.devdir : &opts.rootro) = v[0] == '1';
+        *(id == O_DEVDIR ? &opts.devdir : id == O_ROOTRO ? &opts.rootro : id == O_LANDLOCK ? &opts.landlock
+                                                                                     : &opts.net) = v[0] == '1';
         break;
       case OPT_RLIMIT:
         if (strcmp(v, "inf") == 0)
@@ -1384,12 +1640,23 @@ static void parse_options(int argc, char **argv) {
         if (id == O_LOWER)
           opts.lower = v;
         else
-          (id == O_BIND ? opts.binds : id == O_WTMPFS ? opts.wtmpfs : opts.mkdirs)[opts.n[id]] = v;
+          (id == O_BIND ? opts.binds : id == O_WTMPFS ? opts.wtmpfs : id == O_MKDIR ? opts.mkdirs : id == O_RO ? opts.ro
+           : id == O_RW ? opts.rw : id == O_OWN ? opts.own : opts.devrw)[opts.n[id]] = v;
         break;
     }
     opts.n[id]++;
   }
   if (!opts.n[O_SECCOMP]) bad_option("no seccomp filter (seccomp=FD): refusing to run commands unfiltered");
+  if (opts.landlock) { /* no mount namespace: the options that shape one make no sense */
+    static const int ns_only[] = {O_LOWER, O_UPPER, O_BIND, O_WTMPFS, O_DEVDIR, O_ROOTRO, O_MKDIR, O_PTYS};
+    for (size_t i = 0; i < sizeof ns_only / sizeof *ns_only; i++)
+      if (opts.n[ns_only[i]]) bad_option("option %s= needs namespaces: not with landlock=1", opt_specs[ns_only[i]].key);
+    if (!opts.n[O_OWN]) bad_option("landlock=1 needs at least one own= directory (where the sandbox writes)");
+  } else {
+    static const int ll_only[] = {O_RO, O_RW, O_OWN, O_DEVRW, O_NET};
+    for (size_t i = 0; i < sizeof ll_only / sizeof *ll_only; i++)
+      if (opts.n[ll_only[i]]) bad_option("option %s= is for landlock=1 only", opt_specs[ll_only[i]].key);
+  }
 }
 
 /* The options that act on the executor itself (the rest shape generations). */
@@ -1529,8 +1796,12 @@ int main(int argc, char **argv) {
    * SIGPIPE) must not leak into the sandbox's commands */
   for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
   prctl(PR_SET_DUMPABLE, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  /* with a PID namespace, bwrap is the parent.  Landlock mode's parent is the host's thread that
+   * started it, which may end long before the sandbox: the end of the control socket says when
+   * the host has gone */
+  if (!opts.landlock) prctl(PR_SET_PDEATHSIG, SIGKILL);
   apply_options();
+  if (opts.landlock) landlock_start();
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGCHLD);
@@ -1547,7 +1818,9 @@ int main(int argc, char **argv) {
   pfds[1].events = POLLIN;
   root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
   proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (root_fd < 0 || proc_fd < 0 || chroot("/proc") < 0 || chdir("/") < 0) die("moving into /proc");
+  if (root_fd < 0 || proc_fd < 0) die("opening / and /proc");
+  /* Landlock mode's mount table is the host's, seen by the sandbox anyway (and no chroot) */
+  if (!opts.landlock && (chroot("/proc") < 0 || chdir("/") < 0)) die("moving into /proc");
   if (new_generation() < 0) die("setting up the sandbox's filesystem");
   send_str(REP_HELLO, 0, HELLO_TEXT);
   make_standby(); /* the zygote confines itself while the host reads the hello */
@@ -1565,9 +1838,9 @@ int main(int argc, char **argv) {
     }
     if (n_sinks) drain_sinks();
     if (pfds[0].revents & POLLIN) {
-      if (handle_request() < 0) _exit(0);
+      if (handle_request() < 0) quit();
     } else if (pfds[0].revents & (POLLHUP | POLLERR)) {
-      _exit(0);
+      quit();
     }
   }
 }
