@@ -20,6 +20,7 @@ import re
 import select
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -437,6 +438,9 @@ class Jail:
         if self.cgroup is not None:
             self.cgroup.destroy()
             self.cgroup = None
+        if self._lease is not None and self.plan.isolation == "landlock" and self.status is not None \
+                and not (os.WIFEXITED(self.status) and os.WEXITSTATUS(self.status) == 0):
+            self._kill_uid()  # the executor was killed: what the sandbox started was re-parented out
         if self._places is not None:
             landlock.remove_places(self._places.root)
             self._places = None
@@ -521,6 +525,19 @@ class Jail:
             return
         for _ in range(3):  # what was forked while we looked is found on the next round
             below(self.pid, 0)
+
+    def _kill_uid(self) -> None:
+        """Kill every process of this sandbox's own uid (a Landlock sandbox of a root caller whose
+        executor died: the uid is leased to it alone, so they are all its own): the launcher drops
+        to the uid and runs ``kill -KILL -1``, which spares only itself."""
+        assert self._lease is not None and self.plan.launcher and self.plan.run_as is not None
+        uid, gid = self.plan.run_as
+        kill = "/bin/kill" if os.path.exists("/bin/kill") else "/usr/bin/kill"
+        try:
+            subprocess.run([self.plan.program, *self.plan.launcher[1:], str(uid), str(gid), kill, "-KILL", "-1"],
+                           executable=self.plan.program, capture_output=True, timeout=10)  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            pass
 
     def _kill_init(self) -> None:
         if self._init_pidfd is not None:
