@@ -86,6 +86,19 @@ def container_profile(runtime: str) -> None:
     click.echo(json.dumps(profile(runtime), indent=1))
 
 
+def isolation_option(f):
+    """``--isolation``: namespaces (the default) or landlock (no namespaces: SECURITY.md)."""
+    return click.option("--isolation", type=click.Choice(["auto", "namespaces", "landlock"]), default="auto",
+                        show_default=True, help="auto: $SANDBOXLITE_ISOLATION, else namespaces; landlock needs "
+                        "none (for locked-down containers; weaker, see SECURITY.md).")(f)  # fmt: skip
+
+
+def _use_isolation(isolation: str) -> None:
+    """``run`` and ``eval`` start their sandboxes deep inside: the process's default says it."""
+    if isolation != "auto":
+        os.environ["SANDBOXLITE_ISOLATION"] = isolation
+
+
 @main.command(name="exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--rootfs", default="auto", show_default=True, help='"auto", "host", an image name or a directory.')
 @click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:ro|rw]", help="Show a host path inside (repeatable).")
@@ -94,8 +107,9 @@ def container_profile(runtime: str) -> None:
 @click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Set an environment variable (repeatable).")
 @click.option("--workdir", default="/testbed", show_default=True)
 @click.option("--memory-mb", type=int, default=None, help="Memory limit in MiB.")
+@isolation_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(rootfs, mounts, timeout, network, envs, workdir, memory_mb, command) -> None:
+def exec_(rootfs, mounts, timeout, network, envs, workdir, memory_mb, isolation, command) -> None:
     """Run COMMAND in a fresh sandbox and pass its exit code through.
 
     Example: sandboxlite exec -- python3 -c 'print(6*7)'
@@ -119,6 +133,7 @@ def exec_(rootfs, mounts, timeout, network, envs, workdir, memory_mb, command) -
             env=env,
             workdir=workdir,
             limits=limits,
+            isolation=isolation,
         )
         stdin = None if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
         with Sandbox(config) as sb:
@@ -159,8 +174,9 @@ EXIT_MODEL = 3  # the model endpoint failed
               help="A prompt template file ([system] and [instance] sections).")  # fmt: skip
 @click.option("--mode", type=click.Choice(["sandbox", "vanilla"]), default="sandbox", show_default=True)
 @click.option("--quiet", is_flag=True, help="No step-by-step view.")
+@isolation_option
 def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token_budget, extra_body, max_steps,
-        constrained, output_dir, prompt_file, mode, quiet) -> None:  # fmt: skip
+        constrained, output_dir, prompt_file, mode, quiet, isolation) -> None:  # fmt: skip
     """Let a model solve TASK.json inside a fresh sandbox; outputs land in --output-dir."""
     from .agent.loop import AgentLimits
     from .agent.outcome import ExitReason
@@ -168,6 +184,7 @@ def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token
     from .agent.run import run_task
     from .agent.task import Task
 
+    _use_isolation(isolation)
     try:
         task = Task.load(task_file)
         if prompt_file:
@@ -243,9 +260,10 @@ def _print_step(agent, step) -> None:
               help="Default: ./eval-output/<model>/ (re-running the same command resumes there).")  # fmt: skip
 @click.option("--retry-errors", is_flag=True, help="On resume, run again the tasks that ended in an error.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@isolation_option
 def eval_(model_name, base_url, api_key, temperature, max_tokens, extra_body, data_dir, domains, task_files,
           domain_modules, mode, limit, ids, repeats, seed, workers, max_steps, timeout_s, token_budget, rootfs,
-          judge_name, judge_base_url, output_dir, retry_errors, no_progress) -> None:  # fmt: skip
+          judge_name, judge_base_url, output_dir, retry_errors, no_progress, isolation) -> None:  # fmt: skip
     """Score a model on the paper's domains (or yours), in the sandbox and/or answering directly."""
     from pathlib import Path
 
@@ -253,6 +271,7 @@ def eval_(model_name, base_url, api_key, temperature, max_tokens, extra_body, da
     from .eval import EvalConfig, domains as known_domains, load_domain_module, load_tasks_file, run_eval
     from .eval.domains import safe_id
 
+    _use_isolation(isolation)
     try:
         custom = [d for f in task_files for d in load_tasks_file(f)]
         for spec in domain_modules:

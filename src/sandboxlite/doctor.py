@@ -11,7 +11,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bwrap, cgroups, containers, devnodes, executor, rootfs, seccomp
+from . import bwrap, cgroups, containers, devnodes, executor, landlock, rootfs, seccomp
 from .errors import SandboxError
 from .host import default_host
 
@@ -62,7 +62,8 @@ def check_userns(why: str | None) -> Check:
     if why is None:
         return Check("user namespaces", "ok", f"a child made one (max_user_namespaces={facts.max_user_namespaces})")
     cause = containers.namespace_cause(facts)
-    return Check("user namespaces", "fail", f"a child could not make one ({why}): {cause.message}", cause.hint)
+    return Check("user namespaces", "fail", f"a child could not make one ({why}): {cause.message}",
+                 f"{cause.hint}; or, {landlock.ALTERNATIVE}")
 
 
 def check_container() -> Check:
@@ -266,6 +267,40 @@ def check_sandbox() -> Check:
     return Check("sandbox", "ok", "started a sandbox: no capabilities, no_new_privs, seccomp filter active")
 
 
+LANDLOCK_PROBE = ("grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; "
+                  "if ls / >/dev/null 2>&1; then echo 'Root: readable'; else echo 'Root: refused'; fi")  # fmt: skip
+
+
+def check_landlock() -> Check:
+    """isolation="landlock": the kernel's ABI, then a test sandbox that must not list /."""
+    from .sandbox import Sandbox
+
+    host = default_host()
+    name = "landlock mode"
+    if host.landlock_abi < landlock.MIN_ABI:
+        have = f"ABI {host.landlock_abi}" if host.landlock_abi else f"no Landlock ({host.landlock_reason})"
+        return Check(name, "warn", f"{have}: isolation='landlock' needs ABI {landlock.MIN_ABI} (Linux 6.12)",
+                     "only needed where namespaces cannot be had; a newer kernel offers it")  # fmt: skip
+    try:
+        with Sandbox(isolation="landlock") as sb:
+            r = sb.exec(["/bin/sh", "-c", LANDLOCK_PROBE])
+    except SandboxError as e:
+        return Check(name, "fail", f"ABI {host.landlock_abi}, but a test sandbox failed: {e.message}", e.hint or "")
+    fields = dict(line.split(":", 1) for line in r.stdout_text.splitlines() if ":" in line)
+    fields = {k: v.strip() for k, v in fields.items()}
+    problems = [p for p, bad in (
+        (f"CapEff={fields.get('CapEff')}", fields.get("CapEff", "").strip("0") != ""),
+        ("no_new_privs not set", fields.get("NoNewPrivs") != "1"),
+        ("seccomp not active", fields.get("Seccomp") != "2"),
+        ("/ is readable", fields.get("Root") != "refused"),
+    ) if bad]  # fmt: skip
+    if problems:
+        return Check(name, "fail", "a Landlock test sandbox is not confined: " + ", ".join(problems),
+                     "report this as a bug")  # fmt: skip
+    return Check(name, "ok", f"ABI {host.landlock_abi}: isolation='landlock' works here (no namespaces; weaker than "
+                 "namespaces: see SECURITY.md, 'Isolation modes')")  # fmt: skip
+
+
 def run_checks() -> list[Check]:
     checks = [
         check_container(),
@@ -281,6 +316,7 @@ def run_checks() -> list[Check]:
     ]
     if all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())
+    checks.append(check_landlock())  # also (above all) where namespaces fail: the way out it offers
     return checks
 
 

@@ -37,6 +37,12 @@ READ_ONLY = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/e
 # Read and written: the harmless character devices programs open by name.
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
+# Said wherever namespaces cannot be had: the way out that needs none, and what it gives up.
+ALTERNATIVE = ("where the container's flags cannot change, isolation='landlock' (SANDBOXLITE_ISOLATION=landlock, "
+               "--isolation landlock) needs no namespace; it gives up the image (the host's own files, read-only), "
+               "/testbed (a workdir of its own: Sandbox.workdir), sockets (no network at all, not even loopback) "
+               "and pseudo-terminals, and it caps no total disk use (SECURITY.md, 'Isolation modes')")
+
 _SYS_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
 
 

@@ -274,13 +274,16 @@ def diagnose(stderr: str, facts: "containers.Facts | None" = None) -> SandboxErr
     cause = containers.explain(s, facts if facts is not None else containers.Facts.read())
     if cause is not None:
         return SetupError(f"bwrap could not set up the sandbox: {cause.message} ({s})",
-                          hint=f"{cause.hint}. Run `sandboxlite doctor` for details.")  # fmt: skip
+                          hint=f"{cause.hint}. Or, {landlock.ALTERNATIVE}. Run `sandboxlite doctor` for details.")  # fmt: skip
     if "can't find source path" in low:
         return ConfigError("mounts", f"bwrap: {s}", hint="check that every mount source exists on the host")
     if "sandboxlite-launcher:" in low:  # a root caller's launcher, before bwrap: its root-only steps
         return SetupError(f"the launcher could not prepare the sandbox: {s}",
                           hint="run `sandboxlite doctor`; SANDBOXLITE_NETNS_POOL=0 (no namespaces made ahead of time) "
                           "and SANDBOXLITE_UID_RANGE=off (no idmapped images) leave those steps out")  # fmt: skip
+    if "sandboxlite-executor: landlock:" in low:  # a Landlock sandbox's executor could not confine itself
+        return SetupError(f"the Landlock sandbox could not start: {s}",
+                          hint="run `sandboxlite doctor` (its 'landlock mode' row); a path the plan names must exist")  # fmt: skip
     if "sandboxlite-executor:" in low:  # the jail came up; the executor could not build its filesystem
         return SetupError(f"the sandbox's executor could not set it up: {s}",
                           hint="run `sandboxlite doctor`; if it finds nothing, report this with the message")  # fmt: skip

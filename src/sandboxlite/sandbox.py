@@ -170,14 +170,17 @@ class Sandbox:
         assert jail is not None
         p, lim, cg = jail.plan, self.config.limits, jail.cgroup
         return {
+            "isolation": p.isolation,
             "rootfs": p.rootfs.name,
             "host_uid": p.run_as[0] if p.run_as else self.host.uid,
             "host_uid_note": jail.uid_note or "a uid of its own while it lives (per-uid kernel budgets are its own)",
             "image_idmapped": p.idmapped,
             "rootfs_kind": p.rootfs.kind,
             "network": self.config.network,
-            "netns": {"host": "host", "pooled": "made ahead of time (netns pool)"}.get(p.netns, "made by bwrap"),
-            "dev": f"ready-made ({p.dev}, read-only)" if p.dev else "bwrap --dev",
+            "netns": {"host": "host", "pooled": "made ahead of time (netns pool)",
+                      "none": "none: socket(2) is refused (Landlock denies TCP too)"}.get(p.netns, "made by bwrap"),
+            "dev": f"ready-made ({p.dev}, read-only)" if p.dev else (p.dev_reason if p.isolation == "landlock"
+                                                                     else "bwrap --dev"),
             "workdir": self.workdir,
             "cgroup": [str(d) for d in cg.dirs] if cg else None,
             "cgroup_note": p.cgroup.reason,
