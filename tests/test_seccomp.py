@@ -28,9 +28,12 @@ def test_filter_bytes_valid_and_cached():
     assert len(data) % 8 == 0, "a BPF program is an array of 8-byte instructions"
     assert seccomp.filter_bytes() is data, "filter_bytes() should return the cached program"
     info = seccomp.filter_bytes.cache_info()
-    assert info.hits >= 1 and info.currsize <= 2  # the two variants (memfd=True / False)
+    # the variants: memfd, and (isolation="landlock") sockets and IPC
+    assert info.hits >= 1 and info.currsize <= 8
     strict = seccomp.filter_bytes(memfd=False)
     assert strict != data and len(strict) % 8 == 0 and seccomp.filter_bytes(memfd=False) is strict
+    ll = seccomp.filter_bytes(memfd=False, sockets=False, ipc=False)
+    assert len({data, strict, ll}) == 3 and len(ll) % 8 == 0
 
 
 def test_filter_fd_holds_the_program():

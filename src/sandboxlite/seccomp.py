@@ -130,14 +130,23 @@ def _import():
 # RLIMIT_AS does not see them (programs fall back to files in /dev/shm or /tmp, size-capped).
 UNCOUNTED_MEMORY_SYSCALLS: tuple[str, ...] = ("memfd_create", "shmget")
 
+# Denied (ENOSYS) without an IPC namespace of the sandbox's own (isolation="landlock"): SysV IPC
+# and POSIX message queues are found by key or name, not by path, so Landlock does not govern
+# them, and they would be shared with every process of the uid (other sandboxes, the caller).
+UNSCOPED_IPC_SYSCALLS: tuple[str, ...] = (
+    "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop", "semctl", "shmget", "shmat", "shmdt",
+    "shmctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+)  # fmt: skip
 
-@functools.lru_cache(maxsize=4)
-def filter_bytes(memfd: bool = True, sockets: bool = True) -> bytes:
+
+@functools.lru_cache(maxsize=8)
+def filter_bytes(memfd: bool = True, sockets: bool = True, ipc: bool = True) -> bytes:
     """The compiled BPF program (cached; building it takes a few milliseconds).
     ``memfd=False``: also UNCOUNTED_MEMORY_SYSCALLS get ENOSYS (for sandboxes without a memory cgroup).
     ``sockets=False``: socket(2) fails with EACCES for every family (socketpair(2) still works): a
     Landlock sandbox without network has no network namespace of its own, and Landlock
-    governs neither UDP nor connecting to a host's named unix socket (a daemon's)."""
+    governs neither UDP nor connecting to a host's named unix socket (a daemon's).
+    ``ipc=False``: UNSCOPED_IPC_SYSCALLS get ENOSYS (a sandbox without an IPC namespace)."""
     sc = _import()
     f = sc.SyscallFilter(defaction=sc.ALLOW)
     eperm = sc.ERRNO(errno.EPERM)
@@ -146,8 +155,12 @@ def filter_bytes(memfd: bool = True, sockets: bool = True) -> bytes:
             f.add_rule(eperm, name)
         except (ValueError, OSError):  # not on this architecture
             continue
-    for name in NOSYS_SYSCALLS + (() if memfd else UNCOUNTED_MEMORY_SYSCALLS):
-        f.add_rule(sc.ERRNO(errno.ENOSYS), name)
+    nosys = NOSYS_SYSCALLS + (() if memfd else UNCOUNTED_MEMORY_SYSCALLS) + (() if ipc else UNSCOPED_IPC_SYSCALLS)
+    for name in dict.fromkeys(nosys):
+        try:
+            f.add_rule(sc.ERRNO(errno.ENOSYS), name)
+        except (ValueError, OSError):  # not on this architecture
+            continue
     for flag in CLONE_NS_FLAGS.values():
         f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     for req in DENIED_IOCTLS.values():

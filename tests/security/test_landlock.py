@@ -114,6 +114,28 @@ def test_landlock_network(ll, targets, record):
     assert out["tcp"] == "ok" and out["abstract"] == "EPERM", out
 
 
+IPC_PROBE = r'''
+import ctypes, errno, json
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+for name, call in (("msgget", lambda: libc.msgget(0x5153, 0o1666)), ("semget", lambda: libc.semget(0x5153, 1, 0o1666)),
+                   ("shmget", lambda: libc.shmget(0x5153, 4096, 0o1666)), ("mq_open", lambda: libc.mq_open(b"/slq", 0o100 | 2, 0o666, None))):
+    ctypes.set_errno(0)
+    r = call()
+    out[name] = "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+print(json.dumps(out))
+'''
+
+
+def test_landlock_no_unscoped_ipc(ll, record):
+    """SysV IPC and POSIX message queues go by key or name (no path for Landlock to check), and without an
+    IPC namespace they would be every process's of the uid: refused like a kernel without them."""
+    r = ll.exec(["python3", "-c", IPC_PROBE])
+    out = json.loads(r.stdout_text)
+    record("SysV message queue, semaphore, shared memory; a POSIX message queue", "ENOSYS", out)
+    assert set(out.values()) == {"ENOSYS"}, out
+
+
 def test_landlock_between_sandboxes_of_one_uid(targets, record):
     host = Host.detect({**os.environ, "SANDBOXLITE_UID_RANGE": "off"})  # every sandbox one uid
     with Sandbox(isolation="landlock", host=host) as a, Sandbox(isolation="landlock", host=host) as b:
