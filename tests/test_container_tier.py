@@ -33,6 +33,12 @@ the OCI runtime that works here):
   default profile allows the namespaces but refuses ``sethostname``, and its ``/proc`` is masked) and the
   recipe, and ``doctor --json`` must exit 1 with its "sandbox" check failing.
 
+and ``isolation="landlock"`` (``SANDBOXLITE_ISOLATION=landlock``: no namespaces, the container's own ``/usr``
+only) where no flag is changed:
+
+- ``landlock-default``: ``docker run`` without options; ``landlock-user1000``: the same with ``--user 1000``;
+- ``podman-landlock``: ``podman run`` without options.
+
 The last test writes the table (scenario x doctor, exec, reset, cold start median) to
 ``$SANDBOXLITE_CONTAINER_TIER_DIR/logs/table.md`` and prints it.
 """
@@ -68,6 +74,7 @@ UNCONFINED = ["--security-opt", "systempaths=unconfined", "--security-opt", "app
 RECIPE = ["--security-opt", "seccomp=unconfined", *UNCONFINED]
 PROFILE = "PROFILE"  # stands for --security-opt seccomp=<sandboxlite container-profile ENGINE>, the engine's
 UNMASK = ["--security-opt", "unmask=ALL"]
+LANDLOCK = {"SANDBOXLITE_ISOLATION": "landlock"}
 
 
 class Scenario(NamedTuple):
@@ -76,6 +83,11 @@ class Scenario(NamedTuple):
     env: dict[str, str]  # extra environment
     works: bool  # must sandboxes start
     engine: str = "docker"  # or "podman" (rootless)
+    rootfs: tuple[str, ...] = ("host", "lean")  # the container's own /usr; the host's lean image, bound in read-only
+
+    @property
+    def landlock(self) -> bool:
+        return self.env.get("SANDBOXLITE_ISOLATION") == "landlock"
 
 
 SCENARIOS = {
@@ -95,12 +107,22 @@ SCENARIOS = {
     "podman-unconfined": Scenario("podman: seccomp=unconfined unmask=ALL",
                                   ["--security-opt", "seccomp=unconfined", *UNMASK], {}, True, "podman"),  # fmt: skip
     "podman-default": Scenario("podman run with no --security-opt", [], {}, False, "podman"),
+    # no flag changed: isolation="landlock" (no namespaces; the container's own files only)
+    "landlock-default": Scenario("docker run with no --security-opt, isolation=landlock", [], LANDLOCK, True,
+                                 rootfs=("host",)),  # fmt: skip
+    "landlock-user1000": Scenario("docker run --user 1000, isolation=landlock", ["--user", "1000"], LANDLOCK, True,
+                                  rootfs=("host",)),  # fmt: skip
+    "podman-landlock": Scenario("podman run with no --security-opt, isolation=landlock", [], LANDLOCK, True, "podman",
+                                rootfs=("host",)),  # fmt: skip
 }
 WORKING = [name for name, s in SCENARIOS.items() if s.works]
+NAMESPACED = [name for name in WORKING if not SCENARIOS[name].landlock]
+LANDLOCKED = [name for name in WORKING if SCENARIOS[name].landlock]
+CASES = [(name, r) for name in WORKING for r in SCENARIOS[name].rootfs]  # (scenario, rootfs) that must work
 # what a failing start under podman's defaults may name: podman's default profile allows the namespaces (unlike
 # Docker's) but refuses sethostname, and its /proc is masked; whichever is met first is the cause
 PODMAN_CAUSES = ("sethostname", "/proc is masked", "seccomp profile")
-ROOTFS = ("host", "lean")  # the container's own /usr; the host's lean image, bound in read-only
+ROOTFS = ("host", "lean")  # the table's columns
 
 # Runs inside the container: python3 probe.py ROOTFS... ; prints one JSON object on its last line.
 PROBE = r'''
@@ -137,13 +159,14 @@ for spec in sys.argv[1:]:
             res["info"] = {k: v for k, v in sb.info.items() if isinstance(v, (str, int, float, bool, type(None)))}
             # leave traces everywhere a sandbox can write, and a process, then reset
             sb.write_file("marker.txt", b"before reset")
-            w = sb.exec("echo x > /tmp/t && echo x > /root/r && (echo x > /etc/cow 2>/dev/null && echo cow || echo ro)"
+            # TMPDIR and HOME: /tmp and /root with namespaces, the sandbox's own directories with Landlock
+            w = sb.exec("echo x > $TMPDIR/t && echo x > $HOME/r && (echo x > /etc/cow 2>/dev/null && echo cow || echo ro)"
                         " && (sleep 1000 >/dev/null 2>&1 &) && echo started")
             res["before_reset"] = w.stdout.decode(errors="replace")
             t = time.perf_counter()
             sb.reset()
             res["reset_ms"] = round((time.perf_counter() - t) * 1e3, 3)
-            a = sb.exec("for f in /testbed/marker.txt /tmp/t /root/r /etc/cow; do test -e $f && echo left:$f; done;"
+            a = sb.exec("for f in marker.txt $TMPDIR/t $HOME/r /etc/cow; do test -e $f && echo left:$f; done;"
                         " n=$(for p in /proc/[0-9]*; do tr '\\0' ' ' <$p/cmdline 2>/dev/null; echo; done"
                         " | grep -c '^sleep 1000'); echo procs=$n")
             res["after_reset"] = a.stdout.decode(errors="replace")
@@ -269,7 +292,7 @@ def run_scenario(name: str, tier: dict, eng: dict, profile_file: Path | None) ->
             "-e", f"PROBE_RUNS={COLD_RUNS}"]  # fmt: skip
     for k, v in s.env.items():
         argv += ["-e", f"{k}={v}"]
-    argv += [eng["image"], "python", "/sandboxlite-tier/probe.py", *ROOTFS]
+    argv += [eng["image"], "python", "/sandboxlite-tier/probe.py", *s.rootfs]
     t = time.monotonic()
     p = engine_run(eng, *argv)
     took = time.monotonic() - t
@@ -315,7 +338,7 @@ def failing(doctor: dict | None) -> list[str]:
 
 
 # -- the scenarios that must work -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("scenario", WORKING, indirect=True)
+@pytest.mark.parametrize("scenario", NAMESPACED, indirect=True)
 def test_doctor_ok(scenario):
     name, res = scenario
     assert res["doctor_rc"] == 0 and res["doctor"]["ok"], f"{name}: doctor failed: {failing(res['doctor'])}"
@@ -323,31 +346,47 @@ def test_doctor_ok(scenario):
     assert check(res["doctor"], "sandbox")["status"] == "ok"
 
 
-@pytest.mark.parametrize("rootfs", ROOTFS)
-@pytest.mark.parametrize("scenario", WORKING, indirect=True)
+@pytest.mark.parametrize("scenario", LANDLOCKED, indirect=True)
+def test_landlock_doctor(scenario):
+    """No flag changed: doctor's namespace rows may fail, its "landlock mode" row must pass."""
+    name, res = scenario
+    assert res["doctor"] is not None, res.get("doctor_raw")
+    row = check(res["doctor"], "landlock mode")
+    assert row["status"] == "ok", f"{name}: {row}"
+    # SANDBOXLITE_ISOLATION=landlock: the namespace rows' failures are warnings, the verdict is Landlock's
+    assert res["doctor_rc"] == 0 and res["doctor"]["ok"], f"{name}: doctor failed: {failing(res['doctor'])}"
+    assert check(res["doctor"], "container")["detail"].startswith(SCENARIOS[name].engine)
+
+
+@pytest.mark.parametrize("scenario, rootfs", CASES, indirect=["scenario"])
 def test_exec(scenario, rootfs):
     name, res = scenario
     r = res["rootfs"][rootfs]
     assert "error" not in r, f"{name}/{rootfs}: the sandbox did not start: {r.get('error')}"
-    assert r["exec"]["exit_code"] == 0 and r["exec"]["stdout"] == "42 0\n", r["exec"]
-    if name == "user1000":
+    assert r["exec"]["exit_code"] == 0, r["exec"]
+    six_times_seven, uid = r["exec"]["stdout"].split()
+    assert six_times_seven == "42"
+    if SCENARIOS[name].landlock:  # no user namespace: the sandbox's uid is a real one, never root
+        assert r["info"]["isolation"] == "landlock" and uid != "0", r
+        assert uid == ("1000" if "--user" in SCENARIOS[name].opts else str(r["info"]["host_uid"]))
+    else:
+        assert uid == "0" and r["info"]["isolation"] == "namespaces"
+    if name.endswith("user1000"):
         assert res["euid"] == 1000
 
 
-@pytest.mark.parametrize("rootfs", ROOTFS)
-@pytest.mark.parametrize("scenario", WORKING, indirect=True)
+@pytest.mark.parametrize("scenario, rootfs", CASES, indirect=["scenario"])
 def test_reset(scenario, rootfs):
     name, res = scenario
     r = res["rootfs"][rootfs]
     assert "error" not in r, f"{name}/{rootfs}: the sandbox did not start: {r.get('error')}"
     assert r["before_reset"].split()[-1] == "started", r["before_reset"]
-    # nothing left: no file in /testbed, /tmp, /root or /etc (copy-on-write over an image), no sleep process
+    # nothing left: no file in the workdir, TMPDIR, HOME or /etc (copy-on-write over an image), no sleep process
     assert r["after_reset"].split() == ["procs=0"], f"{name}/{rootfs}: after reset: {r['after_reset']!r}"
     assert r["exec_after_reset"] == "again\n"
 
 
-@pytest.mark.parametrize("rootfs", ROOTFS)
-@pytest.mark.parametrize("scenario", WORKING, indirect=True)
+@pytest.mark.parametrize("scenario, rootfs", CASES, indirect=["scenario"])
 def test_cold_starts(scenario, rootfs):
     """COLD_RUNS sandboxes, one after another, in one process: each must start (not only the first)."""
     name, res = scenario
@@ -374,7 +413,7 @@ def assert_refused_naming_the_cause(res: dict, where: str, causes: tuple[str, ..
 def test_default_flags_fail_with_the_cause(scenario):
     _, res = scenario
     assert_refused_naming_the_cause(res, "Docker's default seccomp profile", ("seccomp profile that refuses the namespaces",),
-                                    ("systempaths=unconfined", "seccomp=", "container-profile"))  # fmt: skip
+                                    ("systempaths=unconfined", "seccomp=", "container-profile", "isolation='landlock'"))  # fmt: skip
     assert all("docker" in res["rootfs"][r]["error"]["message"] for r in ROOTFS)
 
 
@@ -418,7 +457,10 @@ def cells(res: dict) -> list[str]:
         out = ["ok" if res["doctor_rc"] == 0 else
                "FAIL (" + ", ".join(c["name"] for c in doc["checks"] if c["status"] == "fail") + ")"]  # fmt: skip
     for rootfs in ROOTFS:
-        r = res["rootfs"][rootfs]
+        r = res["rootfs"].get(rootfs)
+        if r is None:
+            out += ["n/a (no image: the container's own files)", "-", "-"]
+            continue
         if "error" in r:
             out += ["no: " + r["error"]["type"], "-", "-"]
             continue
@@ -431,6 +473,30 @@ def cells(res: dict) -> list[str]:
     return out
 
 
+def host_probes(tier: dict):
+    """The probe without a container, for reference: (row, what, argv, extra env, env) as root, and as a plain user
+    (uid 65534 through setpriv, the system Python with this tree on its path), each with both isolations."""
+    from .helpers_nonroot import NOBODY_GID, NOBODY_UID, make_nobody_home, nobody_pythonpath
+
+    probe = str(Path(tier["dir"]) / "probe.py")
+    yield "no container", "this machine, as root", [sys.executable, probe, *ROOTFS], {}, dict(os.environ)
+    yield "no container, landlock", "this machine, as root, isolation=landlock", [sys.executable, probe, "host"], \
+        LANDLOCK, dict(os.environ)
+    home = make_nobody_home()
+    probe = str(home / "probe.py")  # where uid 65534 reads it
+    shutil.copy(Path(tier["dir"]) / "probe.py", probe)
+    os.chmod(probe, 0o644)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "SANDBOXLITE_HOME": str(home), "TMPDIR": str(home),
+           "PYTHONPATH": nobody_pythonpath(), "LANG": "C.UTF-8"}  # fmt: skip
+    plain = ["setpriv", f"--reuid={NOBODY_UID}", f"--regid={NOBODY_GID}", "--clear-groups", "/usr/bin/python3", probe]
+    try:
+        yield "plain user", f"this machine, uid {NOBODY_UID} (no image of its own: host only)", [*plain, "host"], {}, env
+        yield "plain user, landlock", f"this machine, uid {NOBODY_UID}, isolation=landlock", [*plain, "host"], \
+            LANDLOCK, env
+    finally:
+        subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
 def test_zz_table(tier, request, capsys):
     """Every scenario (run now if a test above was deselected), as a table; also in logs/table.md."""
     rows = []
@@ -441,13 +507,16 @@ def test_zz_table(tier, request, capsys):
             rows.append(f"| {name} | {s.what} | probe failed: {str(e).splitlines()[0]} |" + " |" * 7)
             continue
         rows.append(f"| {name} | {s.what} | " + " | ".join(cells(res)) + f" | {res['run_s']:.1f} s |")
-    host = subprocess.run([sys.executable, str(Path(tier["dir"]) / "probe.py"), *ROOTFS], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PROBE_RUNS": str(COLD_RUNS)})  # fmt: skip
-    try:
-        RESULTS["no container"] = h = json.loads(host.stdout.splitlines()[-1])
-        rows.append("| no container | this machine, for reference | " + " | ".join(cells(h)) + " | |")
-    except (ValueError, IndexError, KeyError, TypeError):
-        rows.append(f"| no container | this machine | probe failed: {host.stderr.strip()[-200:]} |" + " |" * 7)
+    for row, what, argv, extra, env in host_probes(tier):
+        t = time.monotonic()
+        host = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd="/",
+                              env={**env, "PROBE_RUNS": str(COLD_RUNS), **extra})  # fmt: skip
+        took = time.monotonic() - t
+        try:
+            RESULTS[row] = h = json.loads(host.stdout.splitlines()[-1])
+            rows.append(f"| {row} | {what} | " + " | ".join(cells(h)) + f" | {took:.1f} s |")
+        except (ValueError, IndexError, KeyError, TypeError):
+            rows.append(f"| {row} | {what} | probe failed: {host.stderr.strip()[-200:]} |" + " |" * 7)
     head = ("| scenario | run options | doctor --json | exec (host) | reset (host) | cold start median (host) "
             "| exec (lean) | reset (lean) | cold start median (lean) | run total |\n"
             "|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip

@@ -152,3 +152,15 @@ def test_plan_is_a_pure_function():
 def default_dir() -> str:
     return Host.detect().landlock_dir
 
+
+
+def test_doctor_judges_the_isolation_sandboxes_get():
+    from sandboxlite.doctor import Check, judge
+
+    rows = [Check("user namespaces", "fail", "refused"), Check("landlock mode", "ok", "works")]
+    assert [c.status for c in judge(rows, "landlock")] == ["warn", "ok"]
+    assert "not used here" in judge(rows, "landlock")[0].detail
+    assert [c.status for c in judge(rows, "namespaces")] == ["fail", "ok"]
+    rows = [Check("sandbox", "ok", "fine"), Check("landlock mode", "fail", "broken")]
+    assert [c.status for c in judge(rows, "namespaces")] == ["ok", "warn"]
+    assert [c.status for c in judge(rows, "landlock")] == ["ok", "fail"]
