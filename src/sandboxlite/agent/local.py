@@ -36,13 +36,14 @@ PINNED_SHA256: dict[str, str] = {
     "SmolLM2-135M-Instruct.Q4_1.gguf": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 }
 
+# (its example names no path: the sandbox's paths are in the system prompt and the tools' descriptions)
 TOOL_PROMPT = """
 
 # Tools
 
 You have these tools. To use one, reply with one JSON object inside <tool_call></tool_call> tags,
 for example:
-<tool_call>{{"name": "execute_bash", "arguments": {{"command": "ls /testbed"}}}}</tool_call>
+<tool_call>{{"name": "execute_bash", "arguments": {{"command": "ls"}}}}</tool_call>
 
 <tools>
 {tools}

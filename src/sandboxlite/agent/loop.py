@@ -18,11 +18,16 @@ from typing import Any
 
 from ..errors import ContextOverflow, FormatError, LimitsExceeded, ModelError, SandboxError, Submitted, ToolError
 from .outcome import ExitReason, Outcome, StepOutcome
+from .paths import DEFAULT_PATHS
 
-NO_TOOL_CALL = (
-    "Your reply did not call a tool. Work on the task with execute_bash or str_replace_editor, "
-    "and call submit when the final answer is in /testbed/output/answer.txt."
-)
+
+def no_tool_call(answer_file: str) -> str:
+    """What the model is told after a reply that called no tool (``answer_file``: the sandbox's)."""
+    return ("Your reply did not call a tool. Work on the task with execute_bash or str_replace_editor, "
+            f"and call submit when the final answer is in {answer_file}.")  # fmt: skip
+
+
+NO_TOOL_CALL = no_tool_call(DEFAULT_PATHS.answer_file)  # the message with the default workdir
 
 
 @dataclass
@@ -163,7 +168,8 @@ class Agent:
         self.messages.append(step.assistant)
         if not reply.tool_calls:
             self.steps.append(step)
-            return self._format_error(NO_TOOL_CALL, 0.0, step)
+            paths = getattr(self.tools, "paths", DEFAULT_PATHS)  # the sandbox's (``Tools.paths``)
+            return self._format_error(no_tool_call(paths.answer_file), 0.0, step)
         self.format_errors = 0
         submitted = False
         t1 = time.monotonic()

@@ -2,6 +2,8 @@
 
 A template file has two sections, ``[system]`` and ``[instance]``; ``{placeholders}`` are filled
 with :data:`PLACEHOLDERS` (unknown ones are an error, literal braces are written ``{{`` ``}}``).
+The paths (``workdir``, ``input_dir``, ``output_dir``, ``answer_file``) are the sandbox's own
+(``Paths.of(sandbox)``): the model is told the directories that exist where it works.
 """
 
 from __future__ import annotations
@@ -13,11 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import TaskError
-
-WORKDIR = "/testbed"
-INPUT_DIR = "/testbed/input"
-OUTPUT_DIR = "/testbed/output"
-ANSWER_FILE = "/testbed/output/answer.txt"
+from .paths import DEFAULT_PATHS, Paths
 
 PLACEHOLDERS = ("query", "workdir", "input_dir", "output_dir", "answer_file", "inputs", "inputs_inline")
 
@@ -55,16 +53,20 @@ class PromptTemplate:
                                     f"(known: {', '.join(PLACEHOLDERS)})")  # fmt: skip
         return cls(sections["system"], sections["instance"], source)
 
-    def render(self, query: str, inputs: dict[str, str], *, input_dir: str = INPUT_DIR) -> tuple[str, str]:
-        """(system, instance) text for a task whose inputs are ``name -> text``, placed in ``input_dir``."""
+    def render(self, query: str, inputs: dict[str, str], *, paths: Paths = DEFAULT_PATHS,
+               input_dir: str | None = None) -> tuple[str, str]:  # fmt: skip
+        """(system, instance) text for a task whose inputs are ``name -> text``, placed in ``input_dir``
+        (default ``paths.input_dir``), in a sandbox whose paths are ``paths`` (default: ``/testbed``'s)."""
+        if input_dir is None:
+            input_dir = paths.input_dir
         listing = "\n".join(f"- {input_dir}/{n} ({len(t.encode())} bytes)" for n, t in sorted(inputs.items()))
         inline = "\n\n".join(f"=== {n} ===\n{t}" for n, t in sorted(inputs.items()))
         values = {
             "query": query,
-            "workdir": WORKDIR,
+            "workdir": paths.workdir,
             "input_dir": input_dir,
-            "output_dir": OUTPUT_DIR,
-            "answer_file": ANSWER_FILE,
+            "output_dir": paths.output_dir,
+            "answer_file": paths.answer_file,
             "inputs": listing or "(none)",
             "inputs_inline": inline,
         }

@@ -2,8 +2,9 @@
 
 The output directory gets, as the run goes (so an interrupted run loses nothing):
 ``trajectory.json`` (rewritten after every step), and at the end ``answer.txt`` and
-``files/`` (what the model left in /testbed/output: regular files only, never
-following a symlink, size-capped).
+``files/`` (what the model left in the sandbox's output directory, ``<workdir>/output``:
+regular files only, never following a symlink, size-capped).  Every sandbox path comes from the
+sandbox (``Paths.of(sb)``), never from a constant.
 
 What is written is UTF-8 text: names from the sandbox that are not UTF-8 are recorded
 ``readable`` (their bad bytes as ``\\xff``; in files/ they keep their raw bytes).
@@ -26,11 +27,12 @@ from ..errors import ModelError, SandboxFileError
 from ..sandbox import Sandbox
 from .loop import Agent, AgentLimits, Step
 from .outcome import ExitReason, Outcome
-from .prompts import ANSWER_FILE, OUTPUT_DIR, PromptTemplate
+from .paths import DEFAULT_PATHS, Paths
+from .prompts import PromptTemplate
 from .task import Task
 from .tools import Tools, readable
 
-MAX_EXPORT_BYTES = 256 << 20  # files/ copied out of /testbed/output
+MAX_EXPORT_BYTES = 256 << 20  # files/ copied out of the output directory
 MAX_ANSWER_BYTES = 1 << 20
 
 
@@ -121,15 +123,20 @@ def task_inputs(task: Task) -> dict[str, str]:
     return files
 
 
-def stage_inputs(sb: Sandbox, task: Task) -> None:
-    """Put the task's inputs in ``task.input_path`` and make the output directory."""
-    sb.mkdir(OUTPUT_DIR)
+def stage_inputs(sb: Sandbox, task: Task) -> str:
+    """Put the task's inputs in ``task.input_path`` and make the output directory; returns the
+    directory the inputs are in (``task.input_path`` as it exists in ``sb``: a ``/testbed/...``
+    path is under ``sb.workdir``, see ``Paths.resolve``)."""
+    paths = Paths.of(sb)
+    input_dir = paths.resolve(task.input_path)
+    sb.mkdir(paths.output_dir)
     if not task.input_files:
-        sb.mkdir(task.input_path)  # else writing the first file makes it (one request less)
+        sb.mkdir(input_dir)  # else writing the first file makes it (one request less)
     for name, text in task.input_files.items():
-        sb.write_file(f"{task.input_path}/{name}", text, parents=True)
+        sb.write_file(f"{input_dir}/{name}", text, parents=True)
     if task.input_dir:
-        sb.upload(task.input_dir, task.input_path)
+        sb.upload(task.input_dir, input_dir)
+    return input_dir
 
 
 def run_task(
@@ -155,8 +162,6 @@ def run_task(
     out = Path(output_dir) if output_dir is not None else default_output_dir(task)
     out.mkdir(parents=True, exist_ok=True)
     template = PromptTemplate.load(task.prompt, mode=mode)
-    inputs = task_inputs(task)
-    system, instance = template.render(task.query, inputs, input_dir=task.input_path)
     limits = limits or AgentLimits(max_steps=task.max_steps, max_wall_s=task.timeout_s)
     writer = TrajectoryWriter(out / "trajectory.json", {
         "task": task.to_dict(), "model": getattr(model, "name", type(model).__name__), "mode": mode,
@@ -165,21 +170,25 @@ def run_task(
         "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     })  # fmt: skip
     start = time.monotonic()
-    if mode == "vanilla":
+    if mode == "vanilla":  # no sandbox: the prompt names the default paths
+        system, instance = template.render(task.query, task_inputs(task), paths=DEFAULT_PATHS,
+                                           input_dir=task.input_path)  # fmt: skip
         return _run_vanilla(task, model, system, instance, out, writer, start)
     if mode != "sandbox":
         raise ValueError(f"mode must be 'sandbox' or 'vanilla', got {mode!r}")
     if sandbox is not None:
-        return _run_in(sandbox, task, model, system, instance, limits, out, writer, start, on_step)
+        return _run_in(sandbox, task, model, template, limits, out, writer, start, on_step)
     config = config or SandboxConfig(rootfs=task.rootfs, network=task.network)
     with Sandbox(config) as sb:
-        return _run_in(sb, task, model, system, instance, limits, out, writer, start, on_step)
+        return _run_in(sb, task, model, template, limits, out, writer, start, on_step)
 
 
-def _run_in(sb: Sandbox, task: Task, model: Any, system: str, instance: str, limits: AgentLimits, out: Path,
+def _run_in(sb: Sandbox, task: Task, model: Any, template: PromptTemplate, limits: AgentLimits, out: Path,
             writer: TrajectoryWriter, start: float, on_step: Callable[[Agent, Step], None] | None) -> RunResult:  # fmt: skip
     answer, skipped, outcome = None, [], Outcome(ExitReason.INTERRUPTED)
-    stage_inputs(sb, task)
+    paths = Paths.of(sb)
+    input_dir = stage_inputs(sb, task)
+    system, instance = template.render(task.query, task_inputs(task), paths=paths, input_dir=input_dir)
     tools = Tools(sb)
 
     def step_done(agent: Agent, step: Step) -> None:
@@ -194,9 +203,9 @@ def _run_in(sb: Sandbox, task: Task, model: Any, system: str, instance: str, lim
         writer.update(agent, exit_reason=outcome.exit_reason, reason=outcome.reason,
                       duration_s=round(time.monotonic() - start, 3))  # fmt: skip
         try:
-            left_out = sb.download(OUTPUT_DIR, out / "files", symlinks=False, max_bytes=MAX_EXPORT_BYTES)
+            left_out = sb.download(paths.output_dir, out / "files", symlinks=False, max_bytes=MAX_EXPORT_BYTES)
             skipped = [readable(p) for p in left_out]  # recorded: names that are not UTF-8 made text
-            answer = sb.read_file(ANSWER_FILE, max_bytes=MAX_ANSWER_BYTES).decode("utf-8", "replace")
+            answer = sb.read_file(paths.answer_file, max_bytes=MAX_ANSWER_BYTES).decode("utf-8", "replace")
         except SandboxFileError:
             pass
         finally:

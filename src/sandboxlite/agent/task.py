@@ -4,9 +4,9 @@
 
     {
       "id": "demo_004",                      # required: letters, digits, "._-"
-      "query": "Read /testbed/input/numbers.txt and write their sum.",   # required
-      "input_files": {"numbers.txt": "17\\n25"},   # name -> text, placed in /testbed/input
-      "input_dir": "/host/dir",              # or: a host directory copied to /testbed/input
+      "query": "Sum the numbers in numbers.txt.",   # required
+      "input_files": {"numbers.txt": "17\\n25"},   # name -> text, placed in input_path
+      "input_dir": "/host/dir",              # or: a host directory copied to input_path
       "input_path": "/testbed/input",        # where the inputs go in the sandbox (under /testbed or /tmp)
       "rootfs": "auto",                      # as SandboxConfig.rootfs
       "network": "none",                     # "none" or "host"
@@ -18,6 +18,12 @@
     }
 
 Unknown keys and wrong types raise ``TaskError`` naming the key and the expected type.
+
+Sandbox paths: ``/testbed`` in a task means the sandbox's working directory (``Sandbox.workdir``:
+``/testbed`` itself with namespaces, the default; a directory of the sandbox's own with
+``isolation="landlock"``).  So ``input_path`` ``"/testbed/input"`` is ``<workdir>/input`` where the
+task runs (``Paths.resolve``, in ``agent/paths.py``); a ``/tmp/...`` path stays as it is.  The
+prompt tells the model the real paths; a ``query`` that names ``/testbed`` itself is shown as written.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TaskError
+from .paths import DEFAULT_PATHS, DEFAULT_WORKDIR
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -56,7 +63,7 @@ class Task:
     query: str
     input_files: dict[str, str] = field(default_factory=dict)
     input_dir: str | None = None
-    input_path: str = "/testbed/input"
+    input_path: str = DEFAULT_PATHS.input_dir  # "/testbed/input": <workdir>/input where the task runs
     rootfs: str = "auto"
     network: str = "none"
     max_steps: int = 50
@@ -97,7 +104,7 @@ class Task:
         if "input_path" in data:
             ip = data["input_path"]
             parts = Path(ip).parts
-            if not ip.startswith(("/testbed/", "/tmp/")) or ".." in parts or "\0" in ip or len(parts) < 3:
+            if not ip.startswith((DEFAULT_WORKDIR + "/", "/tmp/")) or ".." in parts or "\0" in ip or len(parts) < 3:
                 raise TaskError("input_path", f"expected {_FIELDS['input_path'][1]} (not the directory itself), got {ip!r:.60}")
         if data.get("network", "none") not in ("none", "host"):
             raise TaskError("network", f'expected "none" or "host", got {data["network"]!r}')

@@ -22,16 +22,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import ConfigError, SandboxFileError, ToolError
+from .paths import DEFAULT_PATHS, Paths
 
 if TYPE_CHECKING:
     from ..result import ExecResult
     from ..sandbox import Sandbox
     from ..shell import Shell
-
-WORKDIR = "/testbed"
-INPUT_DIR = "/testbed/input"
-OUTPUT_DIR = "/testbed/output"
-ANSWER_FILE = "/testbed/output/answer.txt"
 
 EDITOR_COMMANDS = ("view", "create", "str_replace", "insert")
 MAX_EDIT_BYTES = 64 << 20  # the editor reads files up to this size; bigger ones are for execute_bash
@@ -263,7 +259,8 @@ class Tools:
 
     One persistent shell (``sandbox.shell()``) is opened at the first
     ``execute_bash`` and kept, so ``cd`` and exported variables persist; it is
-    reopened if the sandbox was ``reset()``.  ``close()`` ends it.
+    reopened if the sandbox was ``reset()``.  ``close()`` ends it.  The paths the
+    tools name (in their descriptions and errors) are the sandbox's: ``paths``.
     """
 
     def __init__(
@@ -300,10 +297,15 @@ class Tools:
         if shell is not None and not self.sandbox.closed:
             shell.close()
 
+    @property
+    def paths(self) -> Paths:
+        """Where the agent's files are in the sandbox (``Paths.of(sandbox)``)."""
+        return Paths.of(self.sandbox)
+
     # -- dispatch -----------------------------------------------------------------------
     def schemas(self) -> list[dict]:
         """The OpenAI ``tools`` list (``type: function``) for the three tools."""
-        return tool_schemas(self.bash_timeout)
+        return tool_schemas(self.bash_timeout, self.paths)
 
     def call(self, name: str, arguments: dict | str | None = None) -> ToolResult:
         """Run the tool ``name``; ``arguments`` is a dict or its JSON text.
@@ -414,7 +416,7 @@ class Tools:
             raise ToolError(
                 f"str_replace_editor: unknown command {command!r}; use one of: {', '.join(EDITOR_COMMANDS)}"
             )
-        _check_path(path)
+        _check_path(path, self.paths.workdir)
         if command == "view":
             output = self._view(path, view_range)
         elif command == "create":
@@ -437,6 +439,9 @@ class Tools:
         return output
 
     # file access, with errors the model can act on
+    def _file_error(self, e: SandboxFileError, path: str) -> ToolError:
+        return _file_tool_error(e, path, self.paths.workdir)
+
     def _read_text(self, path: str) -> str:
         """The file's text (strict UTF-8); ToolError for a missing, binary or huge file."""
         return _decode(path, self._read_bytes(path))
@@ -445,7 +450,7 @@ class Tools:
         try:
             return self.sandbox.read_file(path, max_bytes=MAX_EDIT_BYTES)
         except SandboxFileError as e:
-            raise _file_tool_error(e, path) from None
+            raise self._file_error(e, path) from None
 
     def _mode(self, path: str) -> int:
         """The permission bits of an existing file (so an edit keeps a script executable)."""
@@ -467,7 +472,7 @@ class Tools:
         try:
             self.sandbox.write_file(path, data, mode=mode, parents=True)
         except SandboxFileError as e:
-            raise _file_tool_error(e, path) from None
+            raise self._file_error(e, path) from None
         return len(data)
 
     # view
@@ -518,7 +523,7 @@ class Tools:
         except SandboxFileError as e:
             if offset == 0 and isinstance(e, IsADirectoryError):
                 raise
-            raise _file_tool_error(e, path) from None
+            raise self._file_error(e, path) from None
 
     def _list_directory(self, path: str) -> str:
         """Files and directories two levels deep, hidden ones (and what is inside them) left out."""
@@ -556,7 +561,7 @@ class Tools:
             return False
         except SandboxFileError as e:
             if e.errno == errno.ENOTDIR:
-                raise _file_tool_error(e, path) from None
+                raise self._file_error(e, path) from None
             return True  # too big for max_bytes=0, a directory, unreadable...: something is there
         return True
 
@@ -778,9 +783,9 @@ def _bash_hint(path: str) -> str:
     return USE_BASH_FOR_BINARY.replace("PATH", _quote(path))
 
 
-def _check_path(path: str) -> None:
+def _check_path(path: str, workdir: str) -> None:
     if not path.startswith("/"):
-        raise ToolError(f"path must be absolute, e.g. /testbed/..., got {path!r}")
+        raise ToolError(f"path must be absolute, e.g. {workdir.rstrip('/')}/..., got {path!r}")
     if "\0" in path:
         raise ToolError("path contains a NUL character; remove it")
     try:
@@ -846,8 +851,8 @@ def _check_view_range(view_range: list | None, n_lines: int, path: str) -> tuple
     return start, end, ""
 
 
-def _file_tool_error(e: SandboxFileError, path: str) -> ToolError:
-    """A file error as a message that says what to do next."""
+def _file_tool_error(e: SandboxFileError, path: str, workdir: str) -> ToolError:
+    """A file error as a message that says what to do next (``workdir``: the sandbox's)."""
     if isinstance(e, FileNotFoundError):
         return ToolError(
             f"{path} does not exist; check the path (str_replace_editor view on its directory, or execute_bash ls), "
@@ -858,7 +863,7 @@ def _file_tool_error(e: SandboxFileError, path: str) -> ToolError:
     if isinstance(e, NotADirectoryError):
         return ToolError(f"a component of {path} is a file, not a directory; check the path")
     if isinstance(e, PermissionError):
-        return ToolError(f"permission denied for {path}; use a path under {WORKDIR} or /tmp")
+        return ToolError(f"permission denied for {path}; use a path under {workdir} or /tmp")
     if e.errno == errno.EFBIG:
         return ToolError(
             f"{path} is too large for the editor (over {MAX_EDIT_BYTES >> 20} MiB); "
@@ -870,15 +875,16 @@ def _file_tool_error(e: SandboxFileError, path: str) -> ToolError:
 
 
 # -- schemas --------------------------------------------------------------------------------------------
-def tool_schemas(bash_timeout: float = 120.0) -> list[dict]:
-    """The OpenAI function-calling schemas of the three tools."""
+def tool_schemas(bash_timeout: float = 120.0, paths: Paths = DEFAULT_PATHS) -> list[dict]:
+    """The OpenAI function-calling schemas of the three tools, naming ``paths`` (the sandbox's:
+    ``Paths.of(sandbox)``; by default ``/testbed``'s)."""
     return [
         _function(
             "execute_bash",
             f"Run a bash command on the Linux computer (the sandbox) and see its output. The shell is "
-            f"persistent: it starts in {WORKDIR}, and `cd`, exported variables and functions carry over to "
-            f"the next call. The task's input files are in {INPUT_DIR}; write what you produce to "
-            f"{OUTPUT_DIR}. You see stdout, then stderr (after a [stderr] line), then the exit code; very long "
+            f"persistent: it starts in {paths.workdir}, and `cd`, exported variables and functions carry over to "
+            f"the next call. The task's input files are in {paths.input_dir}; write what you produce to "
+            f"{paths.output_dir}. You see stdout, then stderr (after a [stderr] line), then the exit code; very long "
             f"output keeps only its beginning and end, so redirect it to a file and grep it. A command is "
             f"killed after `timeout` seconds (default {bash_timeout:g}): run long jobs in the background "
             f"(`cmd > log 2>&1 &`) and check on them. Commands get no input (stdin is empty): pass flags such "
@@ -895,7 +901,7 @@ def tool_schemas(bash_timeout: float = 120.0) -> list[dict]:
         _function(
             "str_replace_editor",
             "View, create and edit files on the computer. Paths must be absolute (e.g. "
-            f"{WORKDIR}/script.py).\n"
+            f"{paths.workdir}/script.py).\n"
             "* view: show a file with line numbers (like `cat -n`), optionally only the lines in "
             "view_range=[start, end] (1-based; end -1 means to the end of the file); for a directory, list "
             "its files and subdirectories two levels deep (hidden ones left out).\n"
@@ -906,7 +912,7 @@ def tool_schemas(bash_timeout: float = 120.0) -> list[dict]:
             "numbers that view shows): include enough surrounding lines to make it unique. An empty new_str "
             "deletes old_str.\n"
             "* insert: insert new_str as new lines after line insert_line (0 inserts at the top of the file).\n"
-            f"To give your final answer, write it to {ANSWER_FILE} yourself (e.g. with create), then call "
+            f"To give your final answer, write it to {paths.answer_file} yourself (e.g. with create), then call "
             "submit.",
             {
                 "command": {
@@ -916,7 +922,7 @@ def tool_schemas(bash_timeout: float = 120.0) -> list[dict]:
                 },
                 "path": {
                     "type": "string",
-                    "description": f"Absolute path of the file or directory, e.g. {WORKDIR}/a.py.",
+                    "description": f"Absolute path of the file or directory, e.g. {paths.workdir}/a.py.",
                 },
                 "file_text": {"type": "string", "description": "create: the content of the new file."},
                 "old_str": {"type": "string", "description": "str_replace: the exact text to replace (one match)."},
@@ -940,7 +946,7 @@ def tool_schemas(bash_timeout: float = 120.0) -> list[dict]:
         ),
         _function(
             "submit",
-            f"Finish the task. Before calling it, write your final answer to {ANSWER_FILE} yourself with the "
+            f"Finish the task. Before calling it, write your final answer to {paths.answer_file} yourself with the "
             "other tools (submit takes no arguments and does not write anything). After submit you cannot "
             "act any more: check your output files first.",
             {},

@@ -17,7 +17,9 @@ limits.  A malformed action never raises: it yields a format-error observation (
 ``max_format_errors`` in a row, after which the episode is truncated).
 
 - ``reset`` acquires a sandbox from the pool (released ones are reset in place), writes the task's
-  input files to /testbed/input and creates /testbed/output, as ``run_task`` does.
+  input files to its input directory and creates its output directory, as ``run_task`` does.  Every
+  path (in the prompts, the tools' descriptions, the answer file) is the sandbox's own, from its
+  workdir (``Paths.of(env.sandbox)``: ``/testbed/...`` with the default configuration).
   ``options``: ``task`` (a ``Task`` or a task.json dict), and per-episode overrides of
   ``max_steps``, ``max_total_tokens``, ``max_wall_s``.
 - ``step``: ``terminated`` when the model called ``submit``; ``truncated`` when a limit ended the
@@ -25,8 +27,9 @@ limits.  A malformed action never raises: it yields a format-error observation (
   or the sandbox failing); the last ``info["reason"]`` says which (an ``ExitReason``: the agent
   loop's ``Agent.step()`` outcome).  The reward is ``-step_penalty`` on every step, plus
   ``reward_fn(task, answer, info)`` on the step that submits (also on truncation with
-  ``grade_truncated=True``); ``answer`` is /testbed/output/answer.txt.  When the episode ends the
-  sandbox is released to the pool at once (after the reward function ran).
+  ``grade_truncated=True``); ``answer`` is the text of the sandbox's answer file
+  (``<workdir>/output/answer.txt``).  When the episode ends the sandbox is released to the pool at
+  once (after the reward function ran).
 - ``close`` releases a sandbox still held and closes the pool if the env made it.  Idempotent.
 
 Sandboxes from a shared pool have the pool's configuration (rootfs, network, limits): a task's
@@ -56,7 +59,8 @@ from typing import Any
 from ..agent.loop import Agent, AgentLimits
 from ..agent.model import AssistantMessage
 from ..agent.outcome import ExitReason, Outcome
-from ..agent.prompts import ANSWER_FILE, PromptTemplate
+from ..agent.paths import Paths
+from ..agent.prompts import PromptTemplate
 from ..agent.run import MAX_ANSWER_BYTES, stage_inputs, task_inputs
 from ..agent.task import Task
 from ..agent.tools import Tools, tool_schemas
@@ -239,8 +243,11 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         return ep.task if ep is not None else self.task
 
     def tool_schemas(self) -> list[dict]:
-        """The OpenAI ``tools`` list a policy should be given (execute_bash, str_replace_editor, submit)."""
-        return tool_schemas(self.tool_options["bash_timeout"])
+        """The OpenAI ``tools`` list a policy should be given (execute_bash, str_replace_editor, submit),
+        naming the paths of the current (or last) episode's sandbox; before the first reset, those
+        of the default workdir (a sandbox's workdir is known once it is acquired)."""
+        ep = self._episode
+        return ep.tools.schemas() if ep is not None else tool_schemas(self.tool_options["bash_timeout"])
 
     # -- reset ---------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[list[dict], dict]:
@@ -322,9 +329,9 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         sb = self._sb
         assert sb is not None
         try:
-            inputs = task_inputs(task)
-            system, instance = self._template(task.prompt).render(task.query, inputs, input_dir=task.input_path)
-            stage_inputs(sb, task)
+            input_dir = stage_inputs(sb, task)
+            system, instance = self._template(task.prompt).render(task.query, task_inputs(task), paths=Paths.of(sb),
+                                                                  input_dir=input_dir)  # fmt: skip
         except BaseException:
             self._release()
             raise
@@ -422,7 +429,8 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         sb = self._sb
         if sb is not None:
             try:
-                ep.answer = sb.read_file(ANSWER_FILE, max_bytes=MAX_ANSWER_BYTES).decode("utf-8", "replace")
+                answer_file = Paths.of(sb).answer_file
+                ep.answer = sb.read_file(answer_file, max_bytes=MAX_ANSWER_BYTES).decode("utf-8", "replace")
             except SandboxError:
                 ep.answer = None
         if not graded:
