@@ -35,12 +35,15 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import posixpath
 import re
+import shlex
 import time
 from typing import Any
 
 import psutil
 
+from ..agent.paths import Paths
 from .spaces import is_message
 
 __all__ = ["check_env", "EnvCheckError", "RULES"]
@@ -60,7 +63,7 @@ RULES = (
     "no-leak",
 )
 
-MARKER = "/testbed/.sandboxlite_check_env"
+MARKER_NAME = ".sandboxlite_check_env"  # left in the first sandbox's workdir (reset-fresh looks for it)
 
 
 class EnvCheckError(AssertionError):
@@ -225,10 +228,11 @@ def check_env(env: Any, task: Any = None, *, seed: int = 0, acquire_timeout: flo
         snapshot = json.dumps(obs0, sort_keys=True)
         sb = base.sandbox
         _expect(sb is not None and sb.alive(), "reset-sandbox", "after reset the env holds no live sandbox")
+        marker = shlex.quote(posixpath.join(Paths.of(sb).workdir, MARKER_NAME))
 
         # -- step-return (leaves a file and a background process behind)
         obs, _, terminated, truncated, _ = run.step(
-            "step-return", _bash(f"echo left-behind > {MARKER}; sleep 1717 >/dev/null 2>&1 & echo pid=$!"))
+            "step-return", _bash(f"echo left-behind > {marker}; sleep 1717 >/dev/null 2>&1 & echo pid=$!"))
         _expect(not terminated and not truncated, "step-return",
                 f"an ordinary tool call ended the episode (terminated={terminated}, truncated={truncated})")
         m = re.search(r"pid=(\d+)", _text(obs))
@@ -250,7 +254,7 @@ def check_env(env: Any, task: Any = None, *, seed: int = 0, acquire_timeout: flo
         # -- reset-fresh
         _expect(_gone(left), "reset-fresh", "a process of the previous episode is still running after reset")
         obs, *_ = run.step("reset-fresh", _bash(
-            f"test -e {MARKER} && echo file=present || echo file=absent; "
+            f"test -e {marker} && echo file=present || echo file=absent; "
             f"kill -0 {pid} 2>/dev/null && echo proc=alive || echo proc=gone"))  # fmt: skip
         text = _text(obs)
         _expect("file=absent" in text, "reset-fresh", "a file written in the previous episode is still there")

@@ -1,8 +1,10 @@
 """Reward functions for ``SandboxEnv``: ``reward_fn(task, answer, info) -> float``.
 
-``answer`` is the text of /testbed/output/answer.txt when the episode ends (None when there is
-no such file); ``info`` holds ``exit_reason``, ``steps``, ``usage``, ``messages`` and the live
-``sandbox`` (still acquired: a reward function may run checks in it, e.g. a test suite).
+``answer`` is the text of the sandbox's answer file when the episode ends
+(``Paths.of(sandbox).answer_file``: ``<workdir>/output/answer.txt``, ``/testbed/output/answer.txt``
+by default; None when there is no such file); ``info`` holds ``exit_reason``, ``steps``,
+``usage``, ``messages`` and the live ``sandbox`` (still acquired: a reward function may run checks
+in it, e.g. a test suite; ``Paths.of(info["sandbox"])`` says where the files are).
 
 The default, :func:`exact_match`, compares the answer with ``task.metadata["answer"]`` after
 normalisation (whitespace, case, NFKC, a trailing period, surrounding ``$``/``\\boxed{}``,

@@ -22,7 +22,8 @@ Observations (dicts):
 
 - after ``reset``: ``{"messages": [system, user], "question": <the instance prompt>, "tools": [...]}``;
   ``messages`` are the exact prompts of the agent loop, ``tools`` the OpenAI schemas of
-  execute_bash, str_replace_editor and submit.
+  execute_bash, str_replace_editor and submit (both name the paths of the episode's sandbox, from
+  its workdir; the answer graded is that sandbox's answer file).
 - after ``step``: ``{"messages": [...], "tool_outputs": {call_id: text}}``: ``messages`` are the
   chat messages to append (tool answers, or a format-error user message), ``tool_outputs`` the
   shape rllm's ``ToolAgent.update_from_env`` reads.
