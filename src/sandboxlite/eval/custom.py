@@ -11,8 +11,9 @@
 Keys: ``id`` and ``question`` and ``answer`` (required); ``scoring``: ``exact`` (the default:
 case, spaces, thousands separators and punctuation at the ends ignored: ``normalize`` mode
 "exact"), ``numeric`` (relative ``tolerance``, default 1e-6), ``contains`` (the reference appears in the final answer), ``choice`` (a letter; ``letters``
-default "ABCD"), ``math`` (math-verify); ``files``: name -> text, put in /testbed/input (sandbox
-mode) or inlined (vanilla mode); ``domain``: the name in the tables (default: the file's stem).
+default "ABCD"), ``math`` (math-verify); ``files``: name -> text, put in the sandbox's input
+directory (``<workdir>/input``, sandbox mode) or inlined (vanilla mode); ``domain``: the name in
+the tables (default: the file's stem).
 
 The final answer is read from the response as: the last ``\\boxed{...}``, else the last
 "Answer: ..." line, else the last non-empty line.

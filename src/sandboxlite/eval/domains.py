@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..agent.paths import DEFAULT_WORKDIR
 from ..errors import ConfigError, TaskError
 from .items import Domain, EvalItem
 from .score import Score
@@ -144,7 +145,7 @@ def score_choice(item: EvalItem, response: str, judge: Any = None) -> Score:
 
 
 # -- long context: AA-LCR --------------------------------------------------------------------------
-DOCS_PATH = "/testbed/documents"
+DOCS_PATH = f"{DEFAULT_WORKDIR}/documents"  # a task path: <workdir>/documents where the item runs
 
 
 def load_long_context(data_dir: Path) -> list[EvalItem]:

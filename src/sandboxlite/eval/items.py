@@ -3,7 +3,9 @@
 A domain turns the rows of its data files into items, in a stable order, and scores a model's
 response to one item.  The same item is asked in both modes: in sandbox mode its ``files`` are
 written to ``input_path`` inside the sandbox and the agent answers in ``answer.txt``; in vanilla
-mode the files are inlined into the prompt and the reply itself is the response.
+mode the files are inlined into the prompt and the reply itself is the response.  ``input_path``
+is a task path: ``/testbed/...`` is under the workdir of the sandbox the item runs in (see
+``sandboxlite.agent.paths``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..agent.paths import DEFAULT_WORKDIR
 from ..agent.task import Task
 from .score import Score
 
-INPUT_PATH = "/testbed/input"
+INPUT_PATH = f"{DEFAULT_WORKDIR}/input"  # a task path: <workdir>/input where the item runs
 
 
 @dataclass(frozen=True)
