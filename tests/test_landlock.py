@@ -164,3 +164,18 @@ def test_doctor_judges_the_isolation_sandboxes_get():
     rows = [Check("sandbox", "ok", "fine"), Check("landlock mode", "fail", "broken")]
     assert [c.status for c in judge(rows, "namespaces")] == ["ok", "warn"]
     assert [c.status for c in judge(rows, "landlock")] == ["ok", "fail"]
+
+
+def test_reset_over_a_tree_too_deep_to_empty_replaces_the_sandbox(tmp_path):
+    """Emptying stops at 200 levels (two descriptors a level); deeper, reset() starts a new sandbox
+    and the old one's directories are removed from the host all the same."""
+    with Sandbox(isolation="landlock") as sb:
+        r = sb.exec("p=.; for i in $(seq 300); do p=$p/d; done; mkdir -p $p && echo deep > $p/f && echo made")
+        assert r.stdout_text == "made\n", r.stderr_text
+        old_root, old_pid = sb.workdir.rsplit("/", 1)[0], sb.executor_pid
+        sb.upload(__file__, "copied.py")
+        sb.reset()
+        assert sb.executor_pid != old_pid and not os.path.exists(old_root)
+        assert sb.exec("ls -A").stdout_text == ""
+        sb.upload(__file__, "copied.py")  # the file API works in the new one
+        assert sb.read_file("copied.py") == Path(__file__).read_bytes()
