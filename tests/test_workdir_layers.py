@@ -123,7 +123,7 @@ def test_run_task_tells_the_model_the_workdir_and_reads_the_answer_there(sb, tmp
     out = outputs(t)
     assert out[0].startswith(f"{wd}\nn.txt\n")  # the shell started in the workdir, the input is there
     assert f"path must be absolute, e.g. {wd}/..., got 'n.txt'" in out[2]
-    assert f"permission denied for /dev/x; use a path under {wd} or /tmp" in out[3]
+    assert f"permission denied for /dev/x; use a path under {wd} or {sb.tmpdir}" in out[3]
     corrections = [m["content"] for m in t["messages"] if m["role"] == "user"][1:]
     assert len(corrections) == 1 and corrections[0].endswith(no_tool_call_ends(wd))
     assert_no_other_testbed(json.dumps(t["messages"]), wd)
@@ -150,15 +150,20 @@ def test_a_task_input_path_under_testbed_is_under_the_workdir(sb, tmp_path):
     assert f"Input files in {wd}/docs/here:\n- {wd}/docs/here/a/p.txt (5 bytes)" in instance
 
 
-def test_a_task_input_path_under_tmp_stays_as_it_is(tmp_path):
+@pytest.mark.parametrize("mode", ["namespaces", "landlock"])
+def test_a_task_input_path_under_tmp_is_in_the_sandboxs_tmpdir(tmp_path, mode):
+    """/tmp/... in a task means the sandbox's TMPDIR: /tmp itself with namespaces, its own directory with
+    Landlock (where the host's /tmp is closed to it)."""
     task = Task.from_dict({"id": "tmp", "query": "q", "input_files": {"x.txt": "1"}, "input_path": "/tmp/in",
                            "max_steps": 2})  # fmt: skip
-    with Sandbox(CONFIGS["namespaces"]) as sb:  # (with landlock the host's /tmp is not the sandbox's to write)
-        r = run_task(task, FakeModel([bash("cat /tmp/in/x.txt > output/answer.txt"), submit()]),
+    with Sandbox(CONFIGS[mode]) as sb:
+        where = f"{sb.tmpdir}/in"
+        assert (where == "/tmp/in") == (mode == "namespaces")
+        r = run_task(task, FakeModel([bash(f"cat {where}/x.txt > output/answer.txt"), submit()]),
                      output_dir=tmp_path, sandbox=sb)  # fmt: skip
-        assert r.answer == "1" and sb.read_file("/tmp/in/x.txt") == b"1"
+        assert r.answer == "1" and sb.read_file(f"{where}/x.txt") == b"1"
         instance = trajectory(r)["messages"][1]["content"]
-        assert "Input files in /tmp/in:\n- /tmp/in/x.txt (1 bytes)" in instance
+        assert f"Input files in {where}:\n- {where}/x.txt (1 bytes)" in instance
         assert f"write the final answer to {sb.workdir}/output/answer.txt" in instance
 
 

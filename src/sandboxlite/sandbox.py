@@ -140,6 +140,13 @@ class Sandbox:
         return jail.plan.workdir if jail is not None else self.config.workdir
 
     @property
+    def tmpdir(self) -> str:
+        """The sandbox's TMPDIR: ``/tmp`` with namespaces, a directory of its own with
+        ``isolation="landlock"`` (where the host's ``/tmp`` is closed to it)."""
+        jail = self._jail
+        return dict(jail.plan.env).get("TMPDIR", "/tmp") if jail is not None else "/tmp"
+
+    @property
     def argv(self) -> list[str]:
         return list(self.plan.argv)
 

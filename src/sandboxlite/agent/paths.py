@@ -11,7 +11,8 @@ directories that exist in the sandbox at hand::
     paths.resolve("/testbed/documents")   # a task's path, as it exists in ``sb``
 
 A task file names sandbox paths as ``/testbed/...`` (the documented default): that means "under
-the workdir", and ``resolve`` maps it there; ``/tmp/...`` stays as it is.
+the workdir", and ``resolve`` maps it there; ``/tmp/...`` means the sandbox's TMPDIR (``/tmp``
+itself with namespaces, the sandbox's own temporary directory with Landlock).
 """
 
 from __future__ import annotations
@@ -34,22 +35,25 @@ class Paths:
     input_dir: str  # the task's input files (unless the task says otherwise: ``resolve(task.input_path)``)
     output_dir: str  # what the model produces; copied out at the end of a run
     answer_file: str  # the final answer: what gets graded
+    tmp_dir: str = "/tmp"  # the sandbox's TMPDIR (a Landlock sandbox cannot write the host's /tmp)
 
     @classmethod
-    def for_workdir(cls, workdir: str) -> "Paths":
-        """The paths of a sandbox whose workdir is ``workdir`` (an absolute path)."""
+    def for_workdir(cls, workdir: str, tmp_dir: str = "/tmp") -> "Paths":
+        """The paths of a sandbox whose workdir is ``workdir`` (an absolute path) and TMPDIR ``tmp_dir``."""
         wd = posixpath.normpath(workdir)
         output = posixpath.join(wd, "output")
-        return cls(wd, posixpath.join(wd, "input"), output, posixpath.join(output, "answer.txt"))
+        return cls(wd, posixpath.join(wd, "input"), output, posixpath.join(output, "answer.txt"), tmp_dir)
 
     @classmethod
     def of(cls, sandbox: Any) -> "Paths":
-        """The paths of ``sandbox`` (a ``Sandbox``: its ``workdir``)."""
-        return cls.for_workdir(sandbox.workdir)
+        """The paths of ``sandbox`` (a ``Sandbox``: its ``workdir`` and ``tmpdir``)."""
+        return cls.for_workdir(sandbox.workdir, getattr(sandbox, "tmpdir", "/tmp"))
 
     def resolve(self, path: str) -> str:
         """A task's sandbox path as it exists here: a leading ``/testbed`` (how task files name the
-        workdir) becomes ``workdir``; any other path (``/tmp/...``) is returned as it is."""
+        workdir) becomes ``workdir``, a leading ``/tmp`` the sandbox's TMPDIR; others stay as they are."""
+        if self.tmp_dir != "/tmp" and (path == "/tmp" or path.startswith("/tmp/")):
+            return self.tmp_dir + path[len("/tmp"):]
         if self.workdir == DEFAULT_WORKDIR:
             return path
         if path == DEFAULT_WORKDIR:

@@ -440,7 +440,7 @@ class Tools:
 
     # file access, with errors the model can act on
     def _file_error(self, e: SandboxFileError, path: str) -> ToolError:
-        return _file_tool_error(e, path, self.paths.workdir)
+        return _file_tool_error(e, path, self.paths.workdir, self.paths.tmp_dir)
 
     def _read_text(self, path: str) -> str:
         """The file's text (strict UTF-8); ToolError for a missing, binary or huge file."""
@@ -851,7 +851,7 @@ def _check_view_range(view_range: list | None, n_lines: int, path: str) -> tuple
     return start, end, ""
 
 
-def _file_tool_error(e: SandboxFileError, path: str, workdir: str) -> ToolError:
+def _file_tool_error(e: SandboxFileError, path: str, workdir: str, tmp_dir: str = "/tmp") -> ToolError:
     """A file error as a message that says what to do next (``workdir``: the sandbox's)."""
     if isinstance(e, FileNotFoundError):
         return ToolError(
@@ -863,7 +863,7 @@ def _file_tool_error(e: SandboxFileError, path: str, workdir: str) -> ToolError:
     if isinstance(e, NotADirectoryError):
         return ToolError(f"a component of {path} is a file, not a directory; check the path")
     if isinstance(e, PermissionError):
-        return ToolError(f"permission denied for {path}; use a path under {workdir} or /tmp")
+        return ToolError(f"permission denied for {path}; use a path under {workdir} or {tmp_dir}")
     if e.errno == errno.EFBIG:
         return ToolError(
             f"{path} is too large for the editor (over {MAX_EDIT_BYTES >> 20} MiB); "
