@@ -118,7 +118,13 @@ class Host:
             info, bwrap_error = None, e
         ll_abi, ll_reason = landlock.abi()
         support = cgroups.detect(env)
-        exe = str(executor.executor_path())
+        try:
+            exe = str(executor.executor_path())
+        except SetupError as e:  # needed by both isolations; say what else is missing too
+            if bwrap_error is None:
+                raise
+            raise SetupError(f"{bwrap_error.message}, and {e.message}",
+                             hint=f"{bwrap_error.hint}; {e.hint}") from None  # fmt: skip
         launcher = None
         if run_as is not None:
             prog, prefix = executor.launcher()
