@@ -4,6 +4,7 @@ are in tests/security/test_landlock.py), and its plan as a pure function."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -179,3 +180,28 @@ def test_reset_over_a_tree_too_deep_to_empty_replaces_the_sandbox(tmp_path):
         assert sb.exec("ls -A").stdout_text == ""
         sb.upload(__file__, "copied.py")  # the file API works in the new one
         assert sb.read_file("copied.py") == Path(__file__).read_bytes()
+
+
+def test_cli_run_with_isolation_landlock(tmp_path, monkeypatch):
+    """`sandboxlite run --isolation landlock TASK`: the model is told the sandbox's real paths."""
+    from click.testing import CliRunner
+
+    from sandboxlite.cli import main
+
+    from .fake_openai import FakeOpenAIServer as ScriptedServer
+
+    monkeypatch.setenv("SANDBOXLITE_ISOLATION", "namespaces")  # restored after: the CLI sets it for its process
+    task = Path(__file__).resolve().parents[1] / "examples" / "demo_004.json"
+    with ScriptedServer([ScriptedServer.tool_call_reply("execute_bash", {"command": "pwd; ls input"}),
+                         ScriptedServer.tool_call_reply("execute_bash", {"command": "echo $((17+25)) > output/answer.txt"}),
+                         ScriptedServer.tool_call_reply("submit", {})]) as srv:  # fmt: skip
+        r = CliRunner().invoke(main, ["run", str(task), "--model", "m", "--base-url", srv.base_url, "--api-key", "k",
+                                      "--output-dir", str(tmp_path / "out"), "--quiet", "--isolation", "landlock"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == "42" and (tmp_path / "out" / "answer.txt").read_text() == "42\n"
+    traj = json.loads((tmp_path / "out" / "trajectory.json").read_text())
+    first = next(m["content"] for m in traj["messages"] if m["role"] == "tool")
+    wd = first.splitlines()[0]
+    assert wd != "/testbed" and wd.startswith(default_dir() + "/sb-") and "numbers.txt" in first, first
+    system = traj["messages"][0]["content"]
+    assert wd in system and " /testbed" not in system
