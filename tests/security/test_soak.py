@@ -97,3 +97,38 @@ def test_soak(record):
     assert after["cgroups"] <= max(before["cgroups"], cgroups.FREE_MAX) and after["busy cgroups"] == [], diff
     assert growth <= 0.10, f"the controller's RSS grew by {growth:.1%} over {CYCLES} cycles"
     os.rmdir(tmp)
+
+
+def test_soak_landlock(record):
+    """isolation="landlock": CYCLES // 4 create / exec / reset / close cycles (background processes, daemons and a
+    shell left behind every tenth): no process, directory, descriptor or uid lease outlives its sandbox."""
+    n = max(50, CYCLES // 4)
+    host = default_host()
+    base = host.landlock_dir
+    me = psutil.Process()
+    fds0 = me.num_fds()
+    before = set(os.listdir(base)) if os.path.isdir(base) else set()
+    marks = []
+    t0 = time.monotonic()
+    for i in range(n):
+        with Sandbox(isolation="landlock") as sb:
+            tag = f"sleep {2000 + i % 10}"
+            if i % 10 == 0:
+                r = sb.exec(f"{tag} >/dev/null 2>&1 & (setsid {tag} >/dev/null 2>&1 &); echo ok")
+                sb.shell().run(f"{tag} >/dev/null 2>&1 &")
+                sb.reset()
+                marks.append(tag)
+            r = sb.exec(["true"])
+            assert r.exit_code == 0, r
+    rate = n / (time.monotonic() - t0)
+    time.sleep(0.2)
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or []) in marks]
+    dirs = set(os.listdir(base)) - before
+    pool = host.uids
+    as_pool_uids = [] if pool is None else [
+        p.pid for p in psutil.process_iter(["uids"]) if pool.first <= p.info["uids"].real < pool.first + pool.count]
+    fds = me.num_fds()
+    record(f"soak (landlock): {n} create/exec/reset/close cycles ({rate:.0f}/s)", "nothing left",
+           f"{len(left)} processes, {len(dirs)} directories, fds {fds0} -> {fds}, "
+           f"{len(as_pool_uids)} processes of the sandbox uid range")
+    assert not left and not dirs and fds <= fds0 + 2 and not as_pool_uids
