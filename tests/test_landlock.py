@@ -205,3 +205,13 @@ def test_cli_run_with_isolation_landlock(tmp_path, monkeypatch):
     assert wd != "/testbed" and wd.startswith(default_dir() + "/sb-") and "numbers.txt" in first, first
     system = traj["messages"][0]["content"]
     assert wd in system and " /testbed" not in system
+
+
+def test_commands_of_a_generation_may_signal_each_other(ll):
+    """All commands of a generation share the zygote's Landlock layer (scoped signals reach each other), also
+    after a command killed everything it could (the zygote too): the next command waits for a new zygote."""
+    for round_ in range(2):
+        pid = int(ll.exec("sleep 300 >/dev/null 2>&1 & echo $!").stdout_text)
+        r = ll.exec(f"kill {pid} && echo killed")
+        assert r.stdout_text == "killed\n", (round_, r.stderr_text)
+        ll.exec("kill -9 -1")  # the zygote and its standby are the sandbox's too

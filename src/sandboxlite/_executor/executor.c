@@ -1322,7 +1322,14 @@ static void add_child(uint32_t id, pid_t pid) {
 
 static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
   pid_t s;
-  if (hand_to_standby(id, payload, plen, fds, nfds) == 0) {
+  int handed = hand_to_standby(id, payload, plen, fds, nfds) == 0;
+  if (!handed && opts.landlock) {
+    /* the zygote's Landlock layer is the generation's: a supervisor that confined itself would be
+     * in a layer of its own, whose commands could not signal the others'.  Wait for a standby */
+    make_standby();
+    handed = hand_to_standby(id, payload, plen, fds, nfds) == 0;
+  }
+  if (handed) {
     s = standby_pid;
     standby_pid = -1;
   } else {
@@ -1823,7 +1830,9 @@ int main(int argc, char **argv) {
   if (!opts.landlock && (chroot("/proc") < 0 || chdir("/") < 0)) die("moving into /proc");
   if (new_generation() < 0) die("setting up the sandbox's filesystem");
   send_str(REP_HELLO, 0, HELLO_TEXT);
-  make_standby(); /* the zygote confines itself while the host reads the hello */
+  /* the zygote confines itself while the host reads the hello.  Landlock mode: at the first request,
+   * when the host has placed the executor in its cgroup (no PID namespace holds it back meanwhile) */
+  if (!opts.landlock) make_standby();
   for (;;) {
     int r = poll(pfds, 2 + n_sinks, -1);
     if (r < 0) {
