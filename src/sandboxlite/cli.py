@@ -99,6 +99,24 @@ def _use_isolation(isolation: str) -> None:
         os.environ["SANDBOXLITE_ISOLATION"] = isolation
 
 
+@main.command(name="paper", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def paper(args) -> None:
+    """Run the paper's own CLI (llm-in-sandbox ARGS) with its runtime on sandboxlite.
+
+    Example: sandboxlite paper -- run --query 'What is 6*7?' --llm_name NAME --llm_base_url URL
+    (needs the [paper] extra: llm-in-sandbox 0.2.0)
+    """
+    from .compat import llm_in_sandbox as compat
+
+    try:
+        code = compat.main(list(args))
+    except SandboxError as e:
+        _fail(e)
+        return
+    sys.exit(code)
+
+
 @main.command(name="exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--rootfs", default="auto", show_default=True, help='"auto", "host", an image name or a directory.')
 @click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:ro|rw]", help="Show a host path inside (repeatable).")
