@@ -209,3 +209,61 @@ def test_sandboxlite_paper_runs_the_packages_cli(tmp_path):
     assert (run_dir / "files" / "notes.md").read_text().startswith("six times seven\n")
     traj = json.loads((run_dir / "trajectory.json").read_text())
     assert traj["steps"], traj
+
+
+def _paper_score(task_name: str, answer: str, ground_truth: str, kwargs: dict) -> float:
+    """As the paper's RL env grades: its reward function loaded in a worker process."""
+    from llm_in_sandbox.benchmark.runner import load_reward_function
+
+    return load_reward_function(task_name)(answer, ground_truth, **kwargs)
+
+
+PAPER_ROW = {  # a row of the paper's RL data: input_files as JSON text, the image it names
+    "id": "math-0001", "domain": "math", "qa_type": "open_ended", "ground_truth": "42",
+    "problem_statement": "The file /testbed/documents/numbers.txt holds two numbers: write their product to "
+                         "/testbed/answer.txt.",
+    "input_files": json.dumps({"numbers.txt": "6\n7\n"}), "docker_image": "cdx123/llm-in-sandbox:v0.1",
+}  # fmt: skip
+
+
+def test_the_calls_the_papers_rl_env_makes(installed, tmp_path):
+    """The paper's RL environment (rllm's LLMinSandboxEnv, in its llm-in-sandbox-rl repository, not on PyPI)
+    makes these calls, in this order, on the package's objects: with install() before that module is
+    imported, each goes to a sandbox.  The episode: from a paper-format row through reset (the runtime,
+    the inputs in /testbed/documents), steps with the package's Action run by its Agent's _execute_action,
+    the final reward from its instruct_pretrain reward function in a worker process with a timeout, close."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from llm_in_sandbox import Action, DockerRuntime
+    from llm_in_sandbox.agent import Agent
+
+    entry = dict(PAPER_ROW)
+    image = entry.pop("docker_image")
+    runtime = DockerRuntime(docker_image=image, repo_path="/testbed", logger=False)  # reset
+    try:
+        assert isinstance(runtime, compat.SandboxRuntime)
+        staged = tmp_path / "inputs"
+        staged.mkdir()
+        for name, text in json.loads(entry["input_files"]).items():
+            (staged / name).write_text(text, encoding="utf-8")
+        runtime.copy_dir_to_container(str(staged), "/testbed/documents")
+        observation = (entry["problem_statement"], {"extra_info": entry})
+        assert observation[0].startswith("The file /testbed/documents/numbers.txt")
+        impl = Agent.__new__(Agent)  # the env executes actions with the package's own Agent code
+        seen = [impl._execute_action(a, runtime) for a in (
+            Action("execute_bash", {"command": "cat /testbed/documents/numbers.txt"}),
+            Action("str_replace_editor", {"command": "create", "path": "/testbed/solve.py", "file_text": "print(6*7)\n"}),
+            Action("str_replace_editor", {"command": "view", "path": "/testbed/solve.py"}),
+            Action("execute_bash", {"command": "python3 /testbed/solve.py > /testbed/answer.txt"}),
+            Action("execute_bash", {"command": "ls /nonexistent"}),
+            Action("submit", {}),
+        )]  # fmt: skip
+        assert "6\n7" in seen[0] and "print(6*7)" in seen[2] and "No such file" in seen[4], seen
+        answer = runtime.run("cat /testbed//answer.txt 2>/dev/null || echo ''")[0].strip()  # compute_final_reward
+        kwargs = {k: v for k, v in entry.items() if k != "ground_truth"}
+        with ProcessPoolExecutor(max_workers=1) as ex:
+            reward = ex.submit(_paper_score, "instruct_pretrain", answer, entry["ground_truth"], kwargs).result(timeout=60)
+        assert answer == "42" and reward == 1.0
+    finally:
+        runtime.close()
+    assert runtime.container is None
