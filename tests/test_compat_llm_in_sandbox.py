@@ -267,3 +267,21 @@ def test_the_calls_the_papers_rl_env_makes(installed, tmp_path):
     finally:
         runtime.close()
     assert runtime.container is None
+
+
+def test_sandboxlite_paper_runs_the_packages_benchmark(tmp_path):
+    """`sandboxlite paper -- benchmark --task demo`: the package's benchmark runner (its data, its staging of the
+    problem's input files, its reward function) over sandboxes.  (Its runner stages inputs in /testbed/documents
+    and reads /testbed/answer.txt, its defaults where the task's prompt config names no directories.)"""
+    with S([S.tool_call_reply("execute_bash", {"command": "echo $(( $(paste -sd+ /testbed/documents/numbers.txt) ))"
+                                                          " > /testbed/answer.txt"}),
+            S.tool_call_reply("submit", {})]) as srv:  # fmt: skip
+        env = {**os.environ, "OPENAI_API_KEY": "k", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        p = subprocess.run([sys.executable, "-m", "sandboxlite.cli", "paper", "--", "benchmark", "--task", "demo",
+                            "--llm_name", "m", "--llm_base_url", srv.base_url, "--output_dir", str(tmp_path),
+                            "--start_id", "3", "--end_id", "4", "--num_workers", "1", "--max_steps", "4"],
+                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (results,) = tmp_path.glob("*/results.json")
+    summary = json.loads(results.read_text())
+    assert summary["total"] == 1 and summary["mean_score"] == 1.0 and summary["num_errors"] == 0, summary
