@@ -152,3 +152,77 @@ def test_text_actions_and_truncation(shared_pool):
     obs, _, done, info = env.step("still no call")
     assert done and info["truncated"] and not info["terminated"] and env.compute_final_reward() == 0.0
     env.close()
+
+
+PAPER_ROW = {  # a row of the paper's RL data (llm-in-sandbox-rl): input_files as JSON text, the image it names
+    "id": "math-0007", "domain": "math", "qa_type": "open_ended", "ground_truth": "42",
+    "problem_statement": "Multiply the two numbers of numbers.txt; write only the product.",
+    "input_files": json.dumps({"numbers.txt": "6\n7\n", "unused.txt": None}), "docker_image": "cdx123/llm-in-sandbox:v0.1",
+}  # fmt: skip
+
+
+def bash(cmd: str, i: int = 0) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"c{i}", "type": "function", "function": {"name": "execute_bash", "arguments": json.dumps({"command": cmd})}}]}
+
+
+def test_paper_rows_are_accepted(shared_pool):
+    t = task_from_row(PAPER_ROW)
+    assert t.id == "math-0007" and t.query.startswith("Multiply") and t.input_files == {"numbers.txt": "6\n7\n"}
+    assert t.metadata == {"answer": "42", "domain": "math", "qa_type": "open_ended",
+                          "docker_image": "cdx123/llm-in-sandbox:v0.1"}  # fmt: skip
+    with pytest.raises(ValueError, match="not JSON"):
+        task_from_row({**PAPER_ROW, "input_files": "{oops"})
+
+
+@pytest.mark.parametrize("layout, inputs, answer", [
+    ("sandboxlite", "/testbed/input", "/testbed/output/answer.txt"),
+    ("paper", "/testbed/documents", "/testbed/answer.txt"),  # the paper's own env's paths
+])  # fmt: skip
+def test_the_layout_decides_where_inputs_and_the_answer_are(shared_pool, layout, inputs, answer):
+    env = RllmSandboxEnv.from_dict({**PAPER_ROW, "layout": layout})
+    obs, _ = env.reset()
+    text = json.dumps(obs["messages"]) + json.dumps(obs["tools"])
+    assert f"{inputs}/numbers.txt" in text and answer in text
+    _, _, done, _ = env.step(bash(f"echo $(( $(paste -sd'*' {inputs}/numbers.txt) )) > {answer}"))
+    assert not done
+    # the engine stops here (its own step limit): the model never submitted, the final reward grades anyway
+    assert env.compute_final_reward() == 1.0
+    env.close()
+
+
+def test_final_reward_grades_an_episode_the_engine_ended(shared_pool):
+    """rllm's engine ends an episode itself at max steps or a timeout and then asks compute_final_reward:
+    the answer written by then is graded (it used to give 0.0: only an episode that submitted was graded)."""
+    env = RllmSandboxEnv({"question": "6*7?", "ground_truth": "42"})
+    env.reset()
+    env.step(bash("echo 42 > /testbed/output/answer.txt"))
+    assert env.compute_final_reward() == 1.0
+    assert env.compute_final_reward() == 1.0  # graded once, the same value after
+    env.close()
+    fresh = RllmSandboxEnv({"question": "q", "ground_truth": "1"})
+    assert fresh.compute_final_reward() == 0.0  # before any reset: nothing to grade
+    fresh.close()
+
+
+def test_a_real_rllm_base_env_is_the_base_class_when_importable(monkeypatch):
+    """With rllm installed the adapter subclasses its BaseEnv (rllm's engine asserts isinstance).  rllm is not on
+    PyPI, so the module path is given here by a stand-in holding the BaseEnv above, and the adapter re-imported."""
+    import importlib
+    import sys
+    import types
+
+    import sandboxlite.rl.adapters.rllm as adapter
+
+    names = ["rllm", "rllm.environments", "rllm.environments.base", "rllm.environments.base.base_env"]
+    for n in names:
+        monkeypatch.setitem(sys.modules, n, types.ModuleType(n))
+    sys.modules["rllm.environments.base.base_env"].BaseEnv = BaseEnv
+    try:
+        fresh = importlib.reload(adapter)
+        assert issubclass(fresh.RllmSandboxEnv, BaseEnv) and not inspect.isabstract(fresh.RllmSandboxEnv)
+    finally:
+        for n in names:
+            monkeypatch.delitem(sys.modules, n)
+        importlib.reload(adapter)
+    assert not issubclass(adapter.RllmSandboxEnv, BaseEnv)

@@ -45,9 +45,19 @@ class Paths:
         return cls(wd, posixpath.join(wd, "input"), output, posixpath.join(output, "answer.txt"), tmp_dir)
 
     @classmethod
-    def of(cls, sandbox: Any) -> "Paths":
-        """The paths of ``sandbox`` (a ``Sandbox``: its ``workdir`` and ``tmpdir``)."""
-        return cls.for_workdir(sandbox.workdir, getattr(sandbox, "tmpdir", "/tmp"))
+    def paper(cls, workdir: str, tmp_dir: str = "/tmp") -> "Paths":
+        """The paper's layout (its RL code and benchmark runner): inputs in ``<workdir>/documents``,
+        outputs in the workdir itself, the answer in ``<workdir>/answer.txt``."""
+        wd = posixpath.normpath(workdir)
+        return cls(wd, posixpath.join(wd, "documents"), wd, posixpath.join(wd, "answer.txt"), tmp_dir)
+
+    @classmethod
+    def of(cls, sandbox: Any, layout: str = "sandboxlite") -> "Paths":
+        """The paths of ``sandbox`` (a ``Sandbox``: its ``workdir`` and ``tmpdir``) in ``layout``
+        (``"sandboxlite"``: input/, output/, output/answer.txt; ``"paper"``: see ``paper``)."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        return getattr(cls, LAYOUTS[layout])(sandbox.workdir, getattr(sandbox, "tmpdir", "/tmp"))
 
     def resolve(self, path: str) -> str:
         """A task's sandbox path as it exists here: a leading ``/testbed`` (how task files name the
@@ -62,6 +72,8 @@ class Paths:
             return posixpath.join(self.workdir, path[len(DEFAULT_WORKDIR) + 1 :])
         return path
 
+
+LAYOUTS = {"sandboxlite": "for_workdir", "paper": "paper"}  # layout -> the classmethod that builds it
 
 # the paths with the default workdir: for what is rendered without a sandbox (vanilla mode)
 DEFAULT_PATHS = Paths.for_workdir(DEFAULT_WORKDIR)

@@ -123,12 +123,16 @@ def task_inputs(task: Task) -> dict[str, str]:
     return files
 
 
-def stage_inputs(sb: Sandbox, task: Task) -> str:
+def stage_inputs(sb: Sandbox, task: Task, paths: Paths | None = None) -> str:
     """Put the task's inputs in ``task.input_path`` and make the output directory; returns the
     directory the inputs are in (``task.input_path`` as it exists in ``sb``: a ``/testbed/...``
-    path is under ``sb.workdir``, see ``Paths.resolve``)."""
-    paths = Paths.of(sb)
+    path is under ``sb.workdir``, see ``Paths.resolve``).  ``paths``: another layout's
+    (``Paths.paper``): its input directory is used where the task names the default one."""
+    paths = paths or Paths.of(sb)
+    default_input = Paths.of(sb).input_dir
     input_dir = paths.resolve(task.input_path)
+    if input_dir == default_input and paths.input_dir != default_input:
+        input_dir = paths.input_dir
     sb.mkdir(paths.output_dir)
     if not task.input_files:
         sb.mkdir(input_dir)  # else writing the first file makes it (one request less)

@@ -270,6 +270,7 @@ class Tools:
         bash_timeout: float = 120.0,
         max_output_chars: int = 20000,
         max_view_chars: int = 100_000,
+        paths: Paths | None = None,
     ) -> None:
         for name, value in (
             ("bash_timeout", bash_timeout),
@@ -284,6 +285,7 @@ class Tools:
         self.max_view_chars = int(max_view_chars)
         self._shell: Shell | None = None
         self._shell_generation = -1
+        self._paths = paths  # None: the sandbox's, in the default layout
 
     def __enter__(self) -> "Tools":
         return self
@@ -299,8 +301,8 @@ class Tools:
 
     @property
     def paths(self) -> Paths:
-        """Where the agent's files are in the sandbox (``Paths.of(sandbox)``)."""
-        return Paths.of(self.sandbox)
+        """Where the agent's files are in the sandbox (the ``paths`` given, else ``Paths.of(sandbox)``)."""
+        return self._paths if self._paths is not None else Paths.of(self.sandbox)
 
     # -- dispatch -----------------------------------------------------------------------
     def schemas(self) -> list[dict]:

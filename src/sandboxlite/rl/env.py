@@ -59,7 +59,7 @@ from typing import Any
 from ..agent.loop import Agent, AgentLimits
 from ..agent.model import AssistantMessage
 from ..agent.outcome import ExitReason, Outcome
-from ..agent.paths import Paths
+from ..agent.paths import LAYOUTS, Paths
 from ..agent.prompts import PromptTemplate
 from ..agent.run import MAX_ANSWER_BYTES, stage_inputs, task_inputs
 from ..agent.task import Task
@@ -172,11 +172,15 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         max_output_chars: int = 20000,
         acquire_timeout: float | None = None,
         render_mode: str | None = None,
+        layout: str = "sandboxlite",
     ) -> None:
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if not isinstance(step_penalty, (int, float)) or not math.isfinite(step_penalty):
             raise ValueError(f"step_penalty must be a finite number, got {step_penalty!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        self.layout = layout
         self.task = as_task(task)
         self.pool = pool
         self._own_pool = pool is None
@@ -329,14 +333,15 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         sb = self._sb
         assert sb is not None
         try:
-            input_dir = stage_inputs(sb, task)
-            system, instance = self._template(task.prompt).render(task.query, task_inputs(task), paths=Paths.of(sb),
+            paths = Paths.of(sb, self.layout)
+            input_dir = stage_inputs(sb, task, paths)
+            system, instance = self._template(task.prompt).render(task.query, task_inputs(task), paths=paths,
                                                                   input_dir=input_dir)  # fmt: skip
         except BaseException:
             self._release()
             raise
         feed = _Feed()
-        tools = Tools(sb, **self.tool_options)
+        tools = Tools(sb, paths=paths, **self.tool_options)
         agent = Agent(feed, tools, limits)
         obs = [dict(m) for m in agent.start(system, instance)]
         self._episodes += 1
@@ -429,12 +434,15 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         sb = self._sb
         if sb is not None:
             try:
-                answer_file = Paths.of(sb).answer_file
+                answer_file = ep.tools.paths.answer_file
                 ep.answer = sb.read_file(answer_file, max_bytes=MAX_ANSWER_BYTES).decode("utf-8", "replace")
             except SandboxError:
                 ep.answer = None
         if not graded:
             return 0.0
+        return self._grade(ep, outcome, sb)
+
+    def _grade(self, ep: _Episode, outcome: Outcome, sb: Sandbox | None) -> float:
         context = {
             "reason": outcome.reason,
             "exit_reason": outcome.exit_reason,
@@ -448,6 +456,29 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
             raise ValueError(f"reward_fn returned {value} for task {ep.task.id!r}")
         ep.task_reward = value
         return value
+
+    def grade(self) -> float:
+        """The task reward of the current (or just finished) episode, graded now if it was not: for
+        engines that end an episode themselves (their own step limit, a timeout) and then ask for the
+        final reward.  An episode still running ends here (``ExitReason.ABANDONED``; its sandbox must
+        still be held: grade before ``close()`` or the next ``reset()``); one that ended on its own
+        is graded from the answer read when it ended (``info["sandbox"]`` is then None)."""
+        with self._lock:
+            ep = self._episode
+            if ep is None:
+                raise RuntimeError("no episode to grade: call reset() first")
+            if ep.task_reward is not None:
+                return ep.task_reward
+            if not ep.done:
+                if self._sb is None:
+                    raise RuntimeError("the episode's sandbox was given back: grade() before close() or reset()")
+                try:
+                    return self._finish(ep, Outcome(ExitReason.ABANDONED, "ended by the caller before it submitted"),
+                                        graded=True)  # fmt: skip
+                finally:
+                    self._release()
+            assert ep.outcome is not None
+            return self._grade(ep, ep.outcome, self._sb)
 
     # -- close ---------------------------------------------------------------------------------
     def _release(self) -> None:

@@ -11,12 +11,16 @@ rllm (https://github.com/rllm-org/rllm) drives multi-turn RL through environment
 - an ``idx`` property the engine sets, and optionally ``compute_final_reward() -> float``, which the
   engine calls after the trajectory (its value replaces the last step's reward).
 
-Duck typing is enough for rllm's engines (they only call these methods).  To subclass the real
-base class, use ``class Env(RllmSandboxEnv, BaseEnv): pass`` in code that has rllm installed.
+Where rllm is importable, ``RllmSandboxEnv`` subclasses its real ``BaseEnv`` (rllm's engine asserts
+``isinstance(env, BaseEnv)``); without rllm it is a plain class with the same methods.
 
 Use it with rllm's ``AgentExecutionEngine`` / trainer as ``env_class=RllmSandboxEnv`` (set
 ``RllmSandboxEnv.default_pool = SandboxPool(size=...)`` once so that every env shares warm
-sandboxes).  Dataset rows are task.json dicts; rllm-style rows work too (see ``from_dict``).
+sandboxes).  Dataset rows are task.json dicts; rllm-style rows and the paper's rows (``id, domain,
+problem_statement, ground_truth, input_files`` as JSON text, ``qa_type``, ``docker_image``) work too
+(see ``from_dict``); ``layout="paper"`` puts inputs in ``/testbed/documents`` and grades
+``/testbed/answer.txt`` as the paper's own environment does.  ``compute_final_reward()`` grades
+the episode if it was not graded yet, also when the engine ended it (its step limit, a timeout).
 
 Observations (dicts):
 
@@ -50,8 +54,8 @@ from ..env import SandboxEnv
 __all__ = ["RllmSandboxEnv", "task_from_row"]
 
 ENV_KEYS = ("reward_fn", "step_penalty", "grade_truncated", "max_total_tokens", "max_wall_s", "max_format_errors",
-            "bash_timeout", "max_output_chars", "acquire_timeout", "config", "pool")  # fmt: skip
-_QUERY_KEYS = ("query", "question", "problem")
+            "bash_timeout", "max_output_chars", "acquire_timeout", "config", "pool", "layout")  # fmt: skip
+_QUERY_KEYS = ("query", "question", "problem", "problem_statement")
 _ANSWER_KEYS = ("answer", "ground_truth")
 _ID_KEYS = ("id", "task_id", "uid", "instance_id")
 
@@ -62,6 +66,14 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
     ``metadata["answer"]``), the id ``id``/``task_id``/``uid`` (made from the query when absent,
     and made valid); every other key lands in ``metadata``."""
     data = dict(row)
+    files = data.get("input_files")
+    if isinstance(files, str):  # the paper's rows carry them as JSON text
+        try:
+            data["input_files"] = json.loads(files) if files.strip() else {}
+        except json.JSONDecodeError as e:
+            raise ValueError(f"input_files is text but not JSON ({e.msg}): {files[:80]!r}") from None
+    if isinstance(data.get("input_files"), Mapping):
+        data["input_files"] = {k: v for k, v in data["input_files"].items() if v is not None}
     query = next((data.pop(k) for k in _QUERY_KEYS if isinstance(data.get(k), str)), None)
     if query is None:
         raise ValueError(f"the row has no query (one of {', '.join(_QUERY_KEYS)}): keys {sorted(row)}")
@@ -87,7 +99,13 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
     return Task.from_dict(values)
 
 
-class RllmSandboxEnv:
+try:  # the real base class where rllm is installed (its engine checks isinstance)
+    from rllm.environments.base.base_env import BaseEnv as _Base
+except ImportError:  # rllm is not on PyPI: without it, a plain class with the same methods
+    _Base = object
+
+
+class RllmSandboxEnv(_Base):  # type: ignore[misc, valid-type]
     """rllm's ``BaseEnv`` over a ``SandboxEnv`` (see the module docstring)."""
 
     default_pool: ClassVar[SandboxPool | None] = None  # shared by envs made without a pool
@@ -97,6 +115,7 @@ class RllmSandboxEnv:
         self.env = SandboxEnv(self.task, pool=pool or type(self).default_pool, **env_options)
         self._idx: Any = None
         self._last_info: dict = {}
+        self._started = False
 
     @property
     def idx(self) -> Any:
@@ -113,6 +132,7 @@ class RllmSandboxEnv:
     def reset(self, seed: int | None = None, **kwargs: Any) -> tuple[dict, dict]:
         obs, info = self.env.reset(seed=seed, options={"task": self.task})
         self._last_info = {}
+        self._started = True
         return {"messages": obs, "question": obs[-1]["content"], "tools": self.env.tool_schemas()}, info
 
     def step(self, action: Any) -> tuple[dict, float, bool, dict]:
@@ -126,9 +146,11 @@ class RllmSandboxEnv:
         return {"messages": obs, "tool_outputs": outputs}, reward, terminated or truncated, info
 
     def compute_final_reward(self) -> float:
-        """The task reward of the finished episode (0.0 when it was not graded)."""
-        value = self._last_info.get("task_reward")
-        return float(value) if value is not None else 0.0
+        """The task reward of the episode: graded now if it was not (the engine may end an episode
+        itself, at its step limit or a timeout, without the model submitting); 0.0 before reset."""
+        if not self._started:
+            return 0.0
+        return float(self.env.grade())
 
     def close(self) -> None:
         self.env.close()
