@@ -122,6 +122,13 @@ if [ $LOCAL_MODEL -eq 1 ]; then
   fi
 fi
 .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+# verl (sandboxlite.rl.verl; tests/test_rl_verl.py) in a virtualenv of its own: its hydra-core pins the
+# antlr4 runtime at 4.9, where math-verify (the eval extra) needs 4.13
+if [ ! -x .venv-verl/bin/python ] || ! .venv-verl/bin/python -c 'import pip' >/dev/null 2>&1; then
+  rm -rf .venv-verl && "$PYTHON" -m venv .venv-verl
+fi
+.venv-verl/bin/python -m pip install -q --upgrade pip
+.venv-verl/bin/python -m pip install -q -e ".[dev,verl]"
 
 # the images: "science" (the default: the paper's scientific Python stack, ~1.5 min) and the
 # small "lean" one (~40 s); both cached, both used by the tests
