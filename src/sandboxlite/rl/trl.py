@@ -35,7 +35,9 @@ Rows (TRL passes every column of the dataset to ``reset``; columns not listed he
 
 - ``prompt``: the chat messages TRL shows the model (a list of ``{"role", "content"}``).  Without a
   ``prompt`` column TRL starts from an empty user message, and ``query`` is put in front of the
-  instructions instead.
+  instructions instead.  (TRL reads the column itself: give it in every row or in none; in a
+  dataset that has the column, a row whose ``prompt`` is ``None`` makes TRL fail when it appends
+  the instructions to that prompt.)
 - ``query``: the task's text (needed when there is no ``prompt``; else the last user message of
   ``prompt`` is the question the scorers see).
 - ``input_files``: ``{name: text}`` (a JSON object as text works too, as in the paper's rows; a
