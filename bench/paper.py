@@ -39,16 +39,12 @@ os.environ.setdefault("OPENAI_API_KEY", "bench")
 
 from tests.fake_openai import FakeOpenAIServer as S  # noqa: E402
 
+sys.path.insert(0, str(HERE))
+from ab import percentile  # noqa: E402
+
 SYSTEM = "You are an agent in a sandbox. Use the tools."
 INSTANCE = "Task: {{problem_statement}}\nWrite the answer to /testbed/output/answer.txt and call submit."
 COMMANDS = ["echo step {i}", "python3 -c 'print({i} * {i})'", "ls -la /testbed", "echo {i} > /testbed/f{i}.txt && cat /testbed/f{i}.txt"]
-
-
-def percentile(vals: list[float], q: float) -> float:
-    s = sorted(vals)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def script(steps: int) -> list:

@@ -28,6 +28,8 @@ from sandboxlite.eval.runner import read_results
 from sandboxlite.rl import SandboxEnv
 from sandboxlite.rl.adapters.rllm import RllmSandboxEnv
 
+from .test_agent_run import bash, editor, submit  # the scripted model's steps
+
 CONFIGS = {
     "namespaces": SandboxConfig(workdir="/srv/task", rootfs="host"),
     "landlock": SandboxConfig(isolation="landlock", rootfs="host"),  # its workdir: a host directory of its own
@@ -56,16 +58,6 @@ def no_tool_call_ends(wd: str) -> str:
     return f"call submit when the final answer is in {wd}/output/answer.txt."
 
 
-def bash(cmd):
-    return {"tool": "execute_bash", "arguments": {"command": cmd}}
-
-
-def editor(**args):
-    return {"tool": "str_replace_editor", "arguments": args}
-
-
-def submit():
-    return {"tool": "submit", "arguments": {}}
 
 
 def trajectory(result) -> dict:

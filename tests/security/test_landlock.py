@@ -25,7 +25,7 @@ import pytest
 
 from sandboxlite import Host, Sandbox, SandboxFileError
 
-from ..helpers_nonroot import NOBODY_GID, NOBODY_UID, make_nobody_home, nobody_pythonpath, unprivileged_prereqs
+from ..helpers_nonroot import NOBODY_GID, NOBODY_UID, make_nobody_home, parse_result, run_as_nobody, unprivileged_prereqs
 from .landlock_attacks import ATTACKS
 
 DENIED = {"EACCES", "EPERM"}
@@ -245,14 +245,7 @@ def test_landlock_unprivileged_caller(targets, record):
         script.write_text(NOBODY_DRIVER)
         req = {"read": [str(secret)], "write": [str(home / "planted"), targets["secret"]], "tcp": targets["tcp"],
                "abstract": targets["abstract"]}  # fmt: skip
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "SANDBOXLITE_HOME": str(home),
-               "PYTHONPATH": nobody_pythonpath(), "LANG": "C.UTF-8", "TMPDIR": str(home)}  # fmt: skip
-        argv = ["setpriv", f"--reuid={NOBODY_UID}", f"--regid={NOBODY_GID}", "--clear-groups", "/usr/bin/python3",
-                str(script), ATTACKS, json.dumps(req)]  # fmt: skip
-        proc = subprocess.run(argv, env=env, cwd=str(home), capture_output=True, text=True, timeout=120)
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        assert line, (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
-        res = json.loads(line[7:])
+        res = parse_result(run_as_nobody(script, [ATTACKS, json.dumps(req)], home))
         assert res["exit"] == 0, res
         out = json.loads(res["stdout"].strip().splitlines()[-1])
         assert out["uid"] == NOBODY_UID == res["me"]  # the caller's own uid: plain permissions allow all below

@@ -42,6 +42,7 @@ Docker options: ``environment``, ``mem_limit``, ``network_mode`` (``"none"``, ``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -227,34 +228,37 @@ class SandboxRuntime:
             return msg, msg, "-1"
 
     # -- files -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _copying(self, failure: str, done: str):
+        """The Docker runtime's logging around a copy: ``done`` when it worked, else ``failure: exc``
+        as an error, and the exception raised on."""
+        try:
+            yield
+        except Exception as e:
+            self.logger.error(f"{failure}: {e!r}")
+            raise
+        self.logger.info(done)
+
     def copy_to_container(self, src_path: str, dest_path: str) -> None:
         """Copy a host file (or directory tree) to ``dest_path``."""
-        try:
+        with self._copying("Error copying file to container", f"Copied {src_path} to {dest_path}"):
             dest_dir = os.path.dirname(dest_path)
             if dest_dir:
                 self.run(f"mkdir -p {dest_dir}")
             if not os.path.lexists(src_path):
                 raise FileNotFoundError(2, "No such file or directory", src_path)
             self.sandbox.upload(src_path, dest_path)
-            self.logger.info(f"Copied {src_path} to {dest_path}")
-        except Exception as e:
-            self.logger.error(f"Error copying file to container: {e!r}")
-            raise
 
     def copy_dir_to_container(self, src_dir: str, dest_dir: str) -> None:
         """Copy the entries of the host directory ``src_dir`` into ``dest_dir``."""
-        try:
+        with self._copying("Error copying directory to container", f"Copied directory {src_dir} to {dest_dir}"):
             self.run(f"mkdir -p {dest_dir}")
             for item in os.listdir(src_dir):
                 self.sandbox.upload(os.path.join(src_dir, item), os.path.join(dest_dir, item))
-            self.logger.info(f"Copied directory {src_dir} to {dest_dir}")
-        except Exception as e:
-            self.logger.error(f"Error copying directory to container: {e!r}")
-            raise
 
     def copy_from_container(self, container_path: str, local_path: str) -> None:
         """Copy the contents of the directory ``container_path`` into ``local_path`` (made)."""
-        try:
+        with self._copying("Error copying from container", f"Copied {container_path} from container to {local_path}"):
             os.makedirs(local_path, exist_ok=True)
             path = container_path if container_path.startswith("/") else os.path.join(self.repo_path, container_path)
             kind, _ = self.run(f"test -d {shlex.quote(path)} && echo dir || (test -e {shlex.quote(path)} && echo file)")
@@ -265,18 +269,7 @@ class SandboxRuntime:
             with tempfile.TemporaryDirectory(dir=local_path, prefix=".copy-") as tmp:
                 dst = Path(tmp) / "tree"
                 self.sandbox.download(path, dst)
-                for entry in dst.iterdir():
-                    target = Path(local_path) / entry.name
-                    if target.is_dir() and entry.is_dir() and not target.is_symlink():
-                        _merge(entry, target)
-                    else:
-                        if target.is_symlink() or target.is_file():
-                            target.unlink()
-                        os.replace(entry, target)
-            self.logger.info(f"Copied {container_path} from container to {local_path}")
-        except Exception as e:
-            self.logger.error(f"Error copying from container: {e!r}")
-            raise
+                _merge(dst, Path(local_path))
 
     # -- the rest ----------------------------------------------------------------------------
     def get_task_instruction(self, problem_statement: str) -> str:
