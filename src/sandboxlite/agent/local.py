@@ -127,8 +127,9 @@ class LocalModel:
         *,
         n_ctx: int | None = None,
         n_threads: int | None = None,
-        max_tokens: int = 512,
+        max_tokens: int | None = None,  # per reply; None: what the context leaves
         temperature: float = 0.2,
+        top_p: float = 0.95,
         constrained: str = "retry",  # "retry" (after a turn that did not parse), "always", "never"
         seed: int = 0,
     ) -> None:
@@ -140,7 +141,10 @@ class LocalModel:
             raise SetupError("--model local needs llama-cpp-python (the [local] extra)", hint=INSTALL_HINT) from None
         self.file = model if isinstance(model, LocalModelFile) else LocalModelFile(Path(model), "a file", "?", None)
         self.name = f"local:{self.file.path.name}"
-        self.max_tokens, self.temperature, self.constrained = max_tokens, temperature, constrained
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive integer or None, got {max_tokens!r}")
+        self.max_tokens, self.temperature, self.top_p, self.seed = max_tokens, temperature, top_p, seed
+        self.constrained = constrained
         # one thread was steadiest on a busy 2-core box; more cores, more threads
         threads = n_threads or int(os.environ.get("SANDBOXLITE_LOCAL_THREADS", 0)) or max(1, min(8, (os.cpu_count() or 2) // 2))
         n_ctx = n_ctx or int(os.environ.get("SANDBOXLITE_LOCAL_CTX", 8192))
@@ -155,8 +159,15 @@ class LocalModel:
         self.info = {"path": str(self.file.path), "load_s": round(time.monotonic() - t0, 3), "n_ctx": n_ctx,
                      "n_threads": threads, "max_tokens": max_tokens, "constrained": constrained,
                      "chat_template": "the model's own" if own else "chatml"}  # fmt: skip
+        self.endpoint = None  # in-process
         self._grammars: dict[str, Any] = {}
         self._lock = threading.Lock()  # one llama.cpp context: one generation at a time (eval workers share it)
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """What every generation uses (max_tokens None: up to the end of the context)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
+                "seed": self.seed, "n_ctx": self.info["n_ctx"]}  # fmt: skip
 
     def complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
         with self._lock:
@@ -166,16 +177,16 @@ class LocalModel:
         prompt = self._render(messages, tools)
         known = {t["function"]["name"] for t in tools}
         grammar = self._grammar(tools) if tools and self.constrained == "always" else None
-        text, usage = self._generate(prompt, grammar)
+        text, usage, finish = self._generate(prompt, grammar)
         calls, error = self._parse(text, known)
         if tools and not calls and self.constrained == "retry":
-            text, usage2 = self._generate(prompt, self._grammar(tools))
+            text, usage2, finish = self._generate(prompt, self._grammar(tools))
             usage = {k: usage.get(k, 0) + usage2.get(k, 0) for k in usage2}
             usage["constrained_retry"] = 1
             calls, error = self._parse(text, known)
         if error is not None and not calls:
             raise error
-        return AssistantMessage(content=text, tool_calls=calls, usage=usage, finish_reason="stop", native=False)
+        return AssistantMessage(content=text, tool_calls=calls, usage=usage, finish_reason=finish, native=False)
 
     # -- helpers -------------------------------------------------------------------------------
     @staticmethod
@@ -213,12 +224,14 @@ class LocalModel:
                                                                     verbose=False)  # fmt: skip
         return self._grammars[key]
 
-    def _generate(self, prompt: list[dict], grammar: Any) -> tuple[str, dict]:
+    def _generate(self, prompt: list[dict], grammar: Any) -> tuple[str, dict, str | None]:
+        """(text, usage, finish reason: "stop", or "length" when max_tokens or the context cut it)."""
         t0 = time.monotonic()
         try:
             with _quiet_stderr():
                 r = self.llm.create_chat_completion(messages=prompt, max_tokens=self.max_tokens,
-                                                    temperature=self.temperature, grammar=grammar)  # fmt: skip
+                                                    temperature=self.temperature, top_p=self.top_p,
+                                                    grammar=grammar)  # fmt: skip
         except ValueError as e:  # llama.cpp: "Requested tokens (...) exceed context window"
             from ..errors import ContextOverflow
 
@@ -230,7 +243,7 @@ class LocalModel:
         u = r.get("usage") or {}
         usage = {k: int(u.get(k, 0)) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
         usage["tokens_per_s"] = round(usage["completion_tokens"] / seconds, 1) if seconds > 0 else 0
-        return text, usage
+        return text, usage, r["choices"][0].get("finish_reason")
 
 
 def _loads(text: str) -> Any:

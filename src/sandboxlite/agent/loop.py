@@ -49,6 +49,7 @@ class Step:
     observations: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    finish_reason: str | None = None  # the backend's: "stop", "tool_calls", "length" (the reply was cut)
 
 
 class Agent:
@@ -157,14 +158,16 @@ class Agent:
             reply = getattr(e, "reply", None)
             step = None
             if reply is not None:  # keep what the model wrote, so it sees its own mistake
-                step = Step(len(self.steps) + 1, time.monotonic() - t0, 0.0, reply.to_message(), usage=dict(reply.usage))
+                step = Step(len(self.steps) + 1, time.monotonic() - t0, 0.0, reply.to_message(), usage=dict(reply.usage),
+                            finish_reason=reply.finish_reason)  # fmt: skip
                 self.messages.append(step.assistant)
                 self.steps.append(step)
             return self._format_error(e.message, time.monotonic() - t0, step)
         model_s = time.monotonic() - t0
         for k in self.usage:
             self.usage[k] += int(reply.usage.get(k) or 0)
-        step = Step(len(self.steps) + 1, model_s, 0.0, reply.to_message(), usage=dict(reply.usage))
+        step = Step(len(self.steps) + 1, model_s, 0.0, reply.to_message(), usage=dict(reply.usage),
+                    finish_reason=reply.finish_reason)  # fmt: skip
         self.messages.append(step.assistant)
         if not reply.tool_calls:
             self.steps.append(step)

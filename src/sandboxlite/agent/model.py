@@ -39,6 +39,9 @@ __all__ = [
 
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 MAX_BACKOFF_S = 30.0
+# the statuses worth another attempt: the request may succeed later (others never will)
+RETRIED_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
+_HTTP_URL = re.compile(r"^https?://[^/\s]+", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------------------
@@ -92,7 +95,7 @@ class Model(Protocol):
 _DECODER = json.JSONDecoder(strict=False)  # tolerate raw newlines inside strings (multi-line commands)
 _TAG_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _FENCE_RE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
+THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 _OBJ_START_RE = re.compile(r"[\[{]\s*[\"{]")
 _NAME_RE = re.compile(r'"name"\s*:\s*"([^"]*)"')
 _ARGS_RE = re.compile(r'"(?:arguments|parameters)"\s*:')
@@ -111,7 +114,7 @@ def parse_text_tool_calls(text: str, known_tools: set[str] | None = None) -> lis
 
     Raises ``FormatError`` when the text clearly tries to call a tool but cannot be parsed.
     """
-    text = _THINK_RE.sub("", text or "")
+    text = THINK_RE.sub("", text or "")
     if "<tool_call>" in text:
         specs = _from_tags(text, known_tools)
     else:
@@ -282,7 +285,9 @@ class OpenAIModel:
         base_url: str | None = None,
         api_key: str | None = None,
         temperature: float | None = None,
+        top_p: float | None = None,
         max_tokens: int | None = None,
+        seed: int | None = None,
         extra_body: dict | None = None,
         timeout: float = 600.0,
         max_retries: int = 5,
@@ -291,12 +296,38 @@ class OpenAIModel:
     ) -> None:
         import openai  # the jail core never needs it
 
+        if base_url is not None and not _HTTP_URL.match(base_url):
+            raise ModelError(f"model {model!r}: base URL {base_url!r} is not an http:// or https:// URL",
+                             hint="give the endpoint's URL, e.g. --base-url http://localhost:8000/v1")  # fmt: skip
         self.name = model
-        self.temperature, self.max_tokens, self.extra_body = temperature, max_tokens, extra_body
+        self.temperature, self.top_p, self.max_tokens, self.seed = temperature, top_p, max_tokens, seed
+        self.extra_body = extra_body
         self.max_retries, self.backoff_s, self.native_tools = max_retries, backoff_s, native_tools
-        key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"  # local servers need none
-        self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=0)
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        self.key_set = bool(key)
+        self.client = openai.OpenAI(base_url=base_url, api_key=key or "EMPTY", timeout=timeout, max_retries=0)
+        self.endpoint = str(self.client.base_url)
         self._sleep = time.sleep
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """What every request sends (None: not sent, the endpoint's own default applies)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
+                "seed": self.seed, "extra_body": self.extra_body}  # fmt: skip
+
+    def preflight(self, *, attempts: int = 3) -> None:
+        """One one-token request before a long run: a bad URL, key or model name fails here, at once,
+        as a ``ModelError`` (connection failures are not retried; 408, 429 and 5xx up to ``attempts``)."""
+        kwargs = {"model": self.name, "messages": [{"role": "user", "content": "Reply with OK."}], "max_tokens": 1}
+        for attempt in range(attempts):
+            try:
+                self._create(kwargs, preflight=True)
+                return
+            except _Retryable as e:
+                if attempt + 1 == attempts:
+                    raise ModelError(f"model {self.name!r} at {self.endpoint}: {e.what}; the preflight request "
+                                     f"failed {attempts} times", hint="check that the endpoint is up") from None  # fmt: skip
+                self._sleep(self._backoff(attempt, e.retry_after))
 
     def complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
         kwargs = self._request_kwargs(messages, tools)
@@ -322,16 +353,17 @@ class OpenAIModel:
         kwargs: dict[str, Any] = {"model": self.name, "messages": messages}
         if self.native_tools and tools:
             kwargs.update(tools=tools, tool_choice="auto")
-        if self.temperature is not None:
-            kwargs["temperature"] = self.temperature
-        if self.max_tokens is not None:
-            kwargs["max_tokens"] = self.max_tokens
+        for key in ("temperature", "top_p", "max_tokens", "seed"):
+            if (value := getattr(self, key)) is not None:
+                kwargs[key] = value
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
         return kwargs
 
-    def _create(self, kwargs: dict) -> Any:
-        """One request; transient failures become ``_Retryable``, the rest ``ModelError``."""
+    def _create(self, kwargs: dict, *, preflight: bool = False) -> Any:
+        """One request; transient failures become ``_Retryable``, the rest ``ModelError`` (a
+        connection failure too when ``preflight``: nothing answers there yet)."""
+        import httpx
         import openai
 
         try:
@@ -339,7 +371,12 @@ class OpenAIModel:
         except openai.APITimeoutError:
             raise _Retryable("the request timed out") from None
         except openai.APIConnectionError as e:
-            raise _Retryable(f"could not connect to {self.client.base_url} ({e.__cause__ or e})") from None
+            cause = e.__cause__ or e
+            what = f"could not connect to {self.endpoint} ({cause})"
+            if preflight or isinstance(cause, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
+                raise ModelError(f"model {self.name!r}: {what} (not retried)",
+                                 hint="check --base-url and that the server is running") from None  # fmt: skip
+            raise _Retryable(what) from None
         except openai.APIStatusError as e:
             raise self._status_error(e) from None
         except openai.OpenAIError as e:
@@ -350,10 +387,11 @@ class OpenAIModel:
         what = f"HTTP {status}: {detail}"
         if status != 429 and _OVERFLOW_RE.search(detail):
             return ContextOverflow(f"model {self.name!r}: the conversation does not fit the context ({what})")
-        if status in (408, 429) or status >= 500:
+        if status in RETRIED_STATUS:
             return _Retryable(what, _retry_after(e))
+        no_key = "" if self.key_set else "no API key is set: "
         hints = {
-            401: "check the API key (api_key or OPENAI_API_KEY)",
+            401: no_key + "check the API key (--api-key, LLM_API_KEY or OPENAI_API_KEY)",
             403: "check the API key's permissions",
             404: "check the model name and base_url (it usually ends in /v1)",
         }

@@ -26,7 +26,11 @@ def resolve_model(
     max_tokens: int | None = None,
     extra_body: dict[str, Any] | None = None,
     constrained: str | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
 ) -> Any:
+    """The model ``name`` stands for; sampling settings given as None keep the backend's default
+    (the local model's own, an endpoint's: then not sent)."""
     from .model import OpenAIModel
 
     if name == "scripted":
@@ -38,22 +42,20 @@ def resolve_model(
         if url:
             served = name.split(":", 1)[1] if ":" in name else "local"
             return OpenAIModel(served, base_url=url, api_key=api_key or "sk-local", temperature=temperature,
-                               max_tokens=max_tokens, extra_body=extra_body)  # fmt: skip
+                               top_p=top_p, max_tokens=max_tokens, seed=seed, extra_body=extra_body)  # fmt: skip
         from .local import LocalModel, resolve_local
 
-        options: dict[str, Any] = {}
-        if temperature is not None:
-            options["temperature"] = temperature
-        if max_tokens is not None:
-            options["max_tokens"] = max_tokens
-        if constrained is not None:
-            options["constrained"] = constrained
+        given = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "seed": seed,
+                 "constrained": constrained}  # fmt: skip
+        options = {k: v for k, v in given.items() if v is not None}
         return LocalModel(resolve_local(name), **options)
     return OpenAIModel(
         name,
         base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
-        api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+        api_key=api_key or os.environ.get("OPENAI_API_KEY"),
         temperature=temperature,
+        top_p=top_p,
         max_tokens=max_tokens,
+        seed=seed,
         extra_body=extra_body,
     )

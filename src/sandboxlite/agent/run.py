@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config import SandboxConfig
-from ..errors import ModelError, SandboxFileError
+from ..errors import FormatError, ModelError, SandboxFileError
 from ..sandbox import Sandbox
 from .loop import Agent, AgentLimits, Step
+from .model import THINK_RE, parse_text_tool_calls
 from .outcome import ExitReason, Outcome
 from .paths import DEFAULT_PATHS, Paths
 from .prompts import PromptTemplate
@@ -51,8 +52,13 @@ class RunResult:
     output_dir: str
     skipped_outputs: list[str] = field(default_factory=list)
     model_s: float = 0.0  # time spent waiting for the model (the rest is sandbox and loop overhead)
-    last_message: str | None = None  # the model's last text reply (a fallback when answer.txt is missing)
+    last_message: str | None = None  # the model's last text reply, whatever it held (a tool call too)
     reason: ExitReason | None = None
+    # the last reply that was text and no tool call (native, or written as text, or a malformed
+    # attempt at one), <think> blocks removed: an answer given in words (None when there is none)
+    final_text: str | None = None
+    finish_reason: str | None = None  # the last reply's ("length": it was cut)
+    truncated_replies: int = 0  # replies cut by max_tokens or the context (finish_reason "length")
 
     @property
     def ok(self) -> bool:
@@ -121,6 +127,27 @@ def task_inputs(task: Task) -> dict[str, str]:
                 except OSError:
                     continue
     return files
+
+
+def final_text(steps: list[Step], tool_names: set[str] | None = None) -> str | None:
+    """The last reply that is text and not a tool call (see ``RunResult.final_text``)."""
+    for step in reversed(steps):
+        if step.observations or step.assistant.get("tool_calls"):
+            continue
+        text = THINK_RE.sub("", step.assistant.get("content") or "").strip()
+        if not text:
+            continue
+        try:
+            if parse_text_tool_calls(text, tool_names):
+                continue
+        except FormatError:  # a tool call that did not parse is still no answer
+            continue
+        return text
+    return None
+
+
+def _cut(steps: list[Step]) -> int:
+    return sum(1 for s in steps if s.finish_reason == "length")
 
 
 def stage_inputs(sb: Sandbox, task: Task, paths: Paths | None = None) -> str:
@@ -221,10 +248,13 @@ def _run_in(sb: Sandbox, task: Task, model: Any, template: PromptTemplate, limit
         raise outcome.error
     last = next((m.get("content") for m in reversed(agent.messages) if m.get("role") == "assistant"
                  and m.get("content")), None)  # fmt: skip
+    names = {t["function"]["name"] for t in tools.schemas()}
     return RunResult(task.id, outcome.exit_reason, outcome.reason is ExitReason.SUBMITTED, answer, len(agent.steps),
                      dict(agent.usage), round(time.monotonic() - start, 3), str(out), skipped,
                      model_s=round(sum(s.model_s for s in agent.steps), 4), last_message=last,
-                     reason=outcome.reason)  # fmt: skip
+                     reason=outcome.reason, final_text=final_text(agent.steps, names),
+                     finish_reason=agent.steps[-1].finish_reason if agent.steps else None,
+                     truncated_replies=_cut(agent.steps))  # fmt: skip
 
 
 def _run_vanilla(task: Task, model: Any, system: str, instance: str, out: Path, writer: TrajectoryWriter,
@@ -243,8 +273,12 @@ def _run_vanilla(task: Task, model: Any, system: str, instance: str, out: Path, 
     if answer is not None:
         (out / "answer.txt").write_text(readable(answer), encoding="utf-8")
     usage = dict(reply.usage) if reply is not None else {}
+    finish = reply.finish_reason if reply is not None else None
+    text = THINK_RE.sub("", answer or "").strip() or None
     writer.update(messages=messages, exit_reason=outcome.exit_reason, reason=outcome.reason, answer=answer,
-                  usage=usage, duration_s=round(time.monotonic() - start, 3), final=True)  # fmt: skip
+                  usage=usage, finish_reason=finish, duration_s=round(time.monotonic() - start, 3),
+                  final=True)  # fmt: skip
     return RunResult(task.id, outcome.exit_reason, outcome.reason is ExitReason.ANSWERED, answer, 1, usage,
                      round(time.monotonic() - start, 3), str(out), model_s=round(time.monotonic() - t0, 4),
-                     last_message=answer, reason=outcome.reason)  # fmt: skip
+                     last_message=answer, reason=outcome.reason, final_text=text, finish_reason=finish,
+                     truncated_replies=int(finish == "length"))  # fmt: skip

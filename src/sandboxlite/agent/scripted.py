@@ -45,6 +45,8 @@ class ScriptedModel:
             raise ValueError("ScriptedModel needs steps >= 2 (write the answer, then submit)")
         self.answer, self.steps = answer, steps
         self.info = {"steps": steps}
+        self.sampling: dict = {}  # deterministic: nothing to sample
+        self.endpoint = None
         self._ids = itertools.count(1)
 
     def _answer(self, messages: list[dict]) -> str:
@@ -53,7 +55,8 @@ class ScriptedModel:
     def complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         if not tools:
-            return AssistantMessage(content=f"Answer: {self._answer(messages)}", tool_calls=[], usage=usage)
+            return AssistantMessage(content=f"Answer: {self._answer(messages)}", tool_calls=[], usage=usage,
+                                    finish_reason="stop")  # fmt: skip
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         if turn >= self.steps - 1:
             name, args = "submit", {}
