@@ -31,10 +31,16 @@ def safe_id(text: Any) -> str:
     return _SAFE_ID.sub("_", str(text)).strip("_.-")[:100] or "item"
 
 
+def _missing(path: Path) -> TaskError:
+    """A domain's data is not there: how to get it (the domain is the first folder under the data dir)."""
+    return TaskError("data", f"{path} not found",
+                     hint="sandboxlite data pull DOMAIN (see sandboxlite data list), or --data-dir pointing at an "
+                     "eval-data folder")  # fmt: skip
+
+
 def _jsonl(path: Path) -> list[dict]:
     if not path.is_file():
-        raise TaskError("data", f"{path} not found. Hint: point --data-dir at the eval-data folder "
-                        "(its README lists the expected files)")  # fmt: skip
+        raise _missing(path)
     rows = []
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -78,7 +84,7 @@ def _physics_query(row: dict) -> str:
 def load_physics(data_dir: Path) -> list[EvalItem]:
     root = data_dir / "physics" / "ugphysics"
     if not root.is_dir():
-        raise TaskError("data", f"{root} not found. Hint: point --data-dir at the eval-data folder")
+        raise _missing(root)
     items = []
     for sub in sorted(p for p in root.iterdir() if p.is_dir()):
         for r in _jsonl(sub / "en.jsonl"):
@@ -116,7 +122,7 @@ def load_chem(data_dir: Path) -> list[EvalItem]:
     for name, short in (("college_chemistry_test.csv", "college"), ("high_school_chemistry_test.csv", "hs")):
         path = root / name
         if not path.is_file():
-            raise TaskError("data", f"{path} not found. Hint: point --data-dir at the eval-data folder")
+            raise _missing(path)
         with path.open(encoding="utf-8", newline="") as f:
             for i, row in enumerate(csv.reader(f)):
                 question, options, label = row[0], row[1:5], row[5].strip()
@@ -200,7 +206,7 @@ def score_instruct(item: EvalItem, response: str, judge: Any = None) -> Score:
 def load_dream(data_dir: Path) -> list[EvalItem]:
     path = data_dir / "instruct_pretrain" / "dream" / "test.json"
     if not path.is_file():
-        raise TaskError("data", f"{path} not found. Hint: point --data-dir at the eval-data folder")
+        raise _missing(path)
     items = []
     for dialogue, questions, dialogue_id in json.loads(path.read_text(encoding="utf-8")):
         doc = {"dialogue.txt": "\n".join(dialogue) + "\n"}

@@ -3,13 +3,28 @@
 Each finished task is appended to ``results.jsonl`` at once (one JSON object per line); running
 the same command again skips what is there, so Ctrl-C loses nothing but the tasks in flight.
 Sandbox mode takes its sandboxes from a ``SandboxPool`` (reset between tasks, not recreated).
-A task that fails (the model, the sandbox, the scorer) is recorded with its error and scores 0;
-it never stops the run.  Layout of ``out_dir``::
 
-    run.json          the settings of the run (a resumed run must use the same model)
+Failures are loud, never results: before any task one request goes to the model (``preflight``:
+a bad URL, key or model name stops the run at once, ``ModelError``); a task that fails (the
+model, the sandbox, the scorer) is recorded with its error and scores 0 without stopping the
+run, and ``EvalResult.errors`` counts it (the CLI then exits non-zero); a domain whose data is
+missing is skipped (``EvalResult.skipped_domains``).  A resume runs errored tasks again unless
+``retry_errors=False``.
+
+A resume is safe: ``run.json`` holds the settings that change results (``settings.py``) and their
+fingerprint, which every record carries too; resuming with other settings raises ``ConfigError``
+naming the differences, unless ``resume_anyway``.  The default ``out_dir`` is
+``eval-output/<model>-<fingerprint>``, so other settings get another folder.
+
+Only answers are scored: ``answer.txt`` (sandbox mode; the reply in vanilla mode), else the last
+reply that was text and no tool call; a record says which (``response_source``), whether the
+model submitted, whether the answer file existed, how the run ended, and whether a reply was cut
+(``truncated``).  Layout of ``out_dir``::
+
+    run.json          the settings, their fingerprint, the data's digests, earlier settings
     results.jsonl     one record per finished task
     trajectories/<mode>/<domain>/<item>[-r<k>]/trajectory.json
-    summary.json, summary.md
+    summary.json, summary.md, summary.png
 """
 
 from __future__ import annotations
@@ -29,21 +44,27 @@ from ..agent.loop import AgentLimits
 from ..agent.outcome import ExitReason
 from ..agent.run import run_task
 from ..config import SandboxConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, ModelError, TaskError
 from ..pool import SandboxPool
-from .domains import get_domain
-from .items import Domain, EvalItem
-from .summary import summarize, to_markdown
+from . import settings as run_settings
+from .domains import get_domain, safe_id
+from .items import Domain, EvalItem, Scorer
+from .score import Score
+from .summary import summarize, to_markdown, write_chart
 
 MODES = ("sandbox", "vanilla")
+SCORINGS = ("strict", "paper")
 MAX_RESPONSE_CHARS = 4000  # kept in results.jsonl (the whole response is in the trajectory)
+MAX_ERRORS_SHOWN = 5
 
 
 @dataclass
 class EvalConfig:
+    """What to evaluate and how.  ``out_dir`` None: ``eval-output/<model>-<fingerprint>``."""
+
     domains: list[str]
     data_dir: Path
-    out_dir: Path
+    out_dir: Path | None = None
     modes: list[str] = field(default_factory=lambda: ["sandbox"])
     limit: int | None = None  # per domain
     ids: list[str] | None = None
@@ -54,13 +75,20 @@ class EvalConfig:
     timeout_s: float = 1800.0  # per task
     token_budget: int | None = None  # per task
     rootfs: str = "auto"
-    retry_errors: bool = False
+    network: str = "none"
+    prompt: str | None = None  # a prompt template file (the built-in ones by default)
+    scoring: str = "strict"  # or "paper": the paper's own reward rules (scoring/paper.py)
+    retry_errors: bool = True  # a resume runs errored tasks again
+    resume_anyway: bool = False  # resume although the settings changed (run.json keeps the old ones)
 
     def __post_init__(self) -> None:
-        self.data_dir, self.out_dir = Path(self.data_dir), Path(self.out_dir)
+        self.data_dir = Path(self.data_dir)
+        self.out_dir = Path(self.out_dir) if self.out_dir is not None else None
         for m in self.modes:
             if m not in MODES:
                 raise ConfigError("mode", f"expected one of {', '.join(MODES)} (or both), got {m!r}")
+        if self.scoring not in SCORINGS:
+            raise ConfigError("scoring", f"expected one of {', '.join(SCORINGS)}, got {self.scoring!r}")
         for name, value in (("repeats", self.repeats), ("workers", self.workers), ("max_steps", self.max_steps)):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(name, f"expected a positive integer, got {value!r}")
@@ -145,6 +173,15 @@ class EvalResult:
     out_dir: Path
     ran: int  # tasks run now
     skipped: int  # tasks found finished in results.jsonl
+    errors: int = 0  # tasks of this selection whose record holds an error (run now or before)
+    first_errors: list[tuple[str, str]] = field(default_factory=list)  # (key, error), a few
+    skipped_domains: dict[str, str] = field(default_factory=dict)  # domain -> why (no data)
+    fingerprint: str = ""
+
+    @property
+    def complete(self) -> bool:
+        """Every selected task ran without an error and no domain was skipped."""
+        return not self.errors and not self.skipped_domains
 
 
 ModelSpec = Any  # a model object shared by all tasks, or a callable (job) -> model
@@ -157,50 +194,117 @@ class Evaluator:
         self.model_name = model_name or getattr(model, "name", type(model).__name__)
         self.progress = progress
         self.stop = threading.Event()
+        self.fingerprint = ""
+        self.skipped_domains: dict[str, str] = {}
+        self.items_by_domain: dict[str, list[EvalItem]] = {}
 
     # -- planning ------------------------------------------------------------------------
     def jobs(self) -> list[Job]:
+        """Every (item, mode, repeat) of the selection; a domain without its data is left out and
+        named in ``self.skipped_domains`` (the reason says how to get the data)."""
         out = []
+        self.skipped_domains, self.items_by_domain = {}, {}
         for name in self.cfg.domains:
             domain = get_domain(name) if isinstance(name, str) else name
-            items = select(domain.load(self.cfg.data_dir), limit=self.cfg.limit, ids=self.cfg.ids,
-                           seed=self.cfg.seed, domain=domain.name)  # fmt: skip
+            try:
+                loaded = domain.load(self.cfg.data_dir)
+            except TaskError as e:
+                if e.field != "data":
+                    raise
+                self.skipped_domains[domain.name] = e.message
+                continue
+            self.items_by_domain[domain.name] = loaded
+            items = select(loaded, limit=self.cfg.limit, ids=self.cfg.ids, seed=self.cfg.seed, domain=domain.name)
             out += [Job(domain, item, mode, r) for item in items for mode in self.cfg.modes
                     for r in range(self.cfg.repeats)]  # fmt: skip
         return out
 
-    def _check_run_file(self) -> None:
-        path = self.cfg.out_dir / "run.json"
+    def _settings(self) -> tuple[dict[str, Any], str, dict[str, str]]:
+        settings = run_settings.run_settings(self.cfg, self.model, model_name=self.model_name, judge=self.judge)
+        return settings, run_settings.fingerprint(settings), run_settings.data_digests(self.items_by_domain)
+
+    def _check_run_file(self, settings: dict[str, Any], fp: str, data: dict[str, str], *, has_results: bool) -> None:
+        """Refuse to resume a run made with other settings (or data), unless ``resume_anyway`` (or
+        it left no results: a run stopped by its preflight); then write run.json (earlier settings
+        kept under ``history``)."""
+        cfg = self.cfg
+        path = cfg.out_dir / "run.json"
+        history: list[dict] = []
         if path.exists():
             try:
                 prev = json.loads(path.read_text())
             except (OSError, json.JSONDecodeError):
                 prev = {}
-            if prev.get("model") not in (None, self.model_name):
-                raise ConfigError("output-dir", f"{self.cfg.out_dir} holds a run of model {prev['model']!r}, not "
-                                  f"{self.model_name!r}; resume it with that model or choose another --output-dir")  # fmt: skip
-        meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.cfg).items()}
-        meta["domains"] = [getattr(d, "name", d) for d in self.cfg.domains]
-        meta.update(model=self.model_name, judge=getattr(self.judge, "name", None) if self.judge else None)
-        path.write_text(json.dumps(meta, indent=1))
+            if "settings" in prev:
+                diffs = run_settings.differences(prev["settings"], settings)
+                diffs += run_settings.data_differences(prev.get("data") or {}, data)
+            else:  # written before settings were recorded (or damaged): nothing can be compared
+                diffs = ["run.json holds no settings to compare (an older sandboxlite wrote it, or it is damaged)"]
+            if diffs and has_results and not cfg.resume_anyway:
+                shown = "\n  ".join(diffs[:12]) + ("\n  ..." if len(diffs) > 12 else "")
+                raise ConfigError("output-dir", f"{cfg.out_dir} holds a run with other settings; resuming would "
+                                  f"mix results:\n  {shown}",
+                                  hint="choose a new --output-dir (by default each setting gets its own folder), "
+                                  "or pass --resume-anyway to add to this one")  # fmt: skip
+            history = list(prev.get("history") or [])
+            if diffs and has_results:
+                history.append({k: prev.get(k) for k in ("settings", "fingerprint", "data", "written_at")})
+            data = {**(prev.get("data") or {}), **data}
+        meta = {
+            "fingerprint": fp,
+            "settings": settings,
+            "data": data,
+            "selection": {"domains": [getattr(d, "name", d) for d in cfg.domains], "modes": cfg.modes,
+                          "limit": cfg.limit, "ids": cfg.ids, "repeats": cfg.repeats, "workers": cfg.workers,
+                          "data_dir": str(cfg.data_dir)},  # fmt: skip
+            "skipped_domains": self.skipped_domains,
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "history": history,
+        }
+        tmp = path.with_name("run.json.tmp")
+        tmp.write_text(json.dumps(meta, indent=1, default=str))
+        os.replace(tmp, path)
+
+    def preflight(self) -> None:
+        """One request to the model (and the judge) before any task: ``ModelError`` when it fails."""
+        for who, model in (("model", self.model), ("judge", getattr(self.judge, "model", None))):
+            check = getattr(model, "preflight", None)
+            if check is None:
+                continue
+            try:
+                check()
+            except ModelError as e:
+                raise ModelError(f"preflight of the {who}: {e.message}; no task was run", hint=e.hint) from None
 
     # -- running -------------------------------------------------------------------------
     def run(self) -> EvalResult:
         cfg = self.cfg
         jobs = self.jobs()
         if not jobs:
+            if self.skipped_domains:
+                raise TaskError("data", "no data for any selected domain:\n  " + "\n  ".join(
+                    f"{d}: {why}" for d, why in self.skipped_domains.items()),
+                    hint=f"sandboxlite data pull {' '.join(self.skipped_domains)}   (or --data-dir DIR)")  # fmt: skip
             raise ConfigError("ids", f"no item of {', '.join(getattr(d, 'name', d) for d in cfg.domains)} matches "
                               f"{cfg.ids} (ids look like those in results.jsonl, e.g. aime25-03)")  # fmt: skip
+        settings, fp, data = self._settings()
+        self.fingerprint = fp
+        if cfg.out_dir is None:
+            cfg.out_dir = Path("eval-output") / f"{safe_id(self.model_name)}-{fp}"
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
-        self._check_run_file()
         done = read_results(cfg.out_dir / "results.jsonl")
+        self._check_run_file(settings, fp, data, has_results=bool(done))
         todo = [j for j in jobs if j.key not in done or (cfg.retry_errors and done[j.key].get("error"))]
         skipped = len(jobs) - len(todo)
+        if todo:
+            self.preflight()
         results = _ResultsFile(cfg.out_dir / "results.jsonl")
         n_sandbox = sum(1 for j in todo if j.mode == "sandbox")
-        pool = SandboxPool(SandboxConfig(rootfs=cfg.rootfs), size=min(cfg.workers, n_sandbox)) if n_sandbox else None
+        pool = SandboxPool(SandboxConfig(rootfs=cfg.rootfs, network=cfg.network),
+                           size=min(cfg.workers, n_sandbox)) if n_sandbox else None  # fmt: skip
         finished, interrupted = 0, False
-        counts = {"ran": 0, "errors": 0, "score_sum": 0.0}
+        counts: dict[str, Any] = {"ran": 0, "errors": 0, "score_sum": 0.0, "eta_s": None}
+        started = time.monotonic()
         try:
             with cf.ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="eval") as ex:
                 pending = {ex.submit(self._run_job, job, pool) for job in todo}
@@ -217,6 +321,7 @@ class Evaluator:
                             counts["ran"] = finished
                             counts["errors"] += bool(record.get("error"))
                             counts["score_sum"] += record["score"]
+                            counts["eta_s"] = (time.monotonic() - started) / finished * (len(todo) - finished)
                             if self.progress:
                                 self.progress(finished + skipped, len(jobs), counts)
                 except KeyboardInterrupt:
@@ -233,20 +338,39 @@ class Evaluator:
             results.close()
             if pool is not None:
                 pool.close()
-        summary = self.write_summary([done[j.key] for j in jobs if j.key in done])
+        selected = [done[j.key] for j in jobs if j.key in done]
+        summary = self.write_summary(selected, settings, fp)
         if interrupted:
             raise KeyboardInterrupt
-        return EvalResult(summary, cfg.out_dir, finished, skipped)
+        errored = [(r["key"], r["error"]) for r in selected if r.get("error")]
+        return EvalResult(summary, cfg.out_dir, finished, skipped, errors=len(errored),
+                          first_errors=errored[:MAX_ERRORS_SHOWN], skipped_domains=dict(self.skipped_domains),
+                          fingerprint=fp)  # fmt: skip
 
-    def write_summary(self, records: list[dict]) -> dict[str, Any]:
-        summary = summarize(records, seed=self.cfg.seed)
-        summary["run"] = {"model": self.model_name, "modes": self.cfg.modes, "seed": self.cfg.seed,
-                          "repeats": self.cfg.repeats, "domains": [getattr(d, "name", d) for d in self.cfg.domains]}  # fmt: skip
-        tmp = self.cfg.out_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=1))
-        os.replace(tmp, self.cfg.out_dir / "summary.json")
-        (self.cfg.out_dir / "summary.md").write_text(to_markdown(summary, title=f"sandboxlite eval: {self.model_name}"))
+    def write_summary(self, records: list[dict], settings: dict[str, Any], fp: str) -> dict[str, Any]:
+        cfg = self.cfg
+        summary = summarize(records, seed=cfg.seed)
+        summary["run"] = {"model": self.model_name, "modes": cfg.modes, "seed": cfg.seed, "repeats": cfg.repeats,
+                          "domains": [getattr(d, "name", d) for d in cfg.domains], "fingerprint": fp,
+                          "settings": settings, "skipped_domains": dict(self.skipped_domains),
+                          "written_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}  # fmt: skip
+        tmp = cfg.out_dir / "summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=1, default=str))
+        os.replace(tmp, cfg.out_dir / "summary.json")
+        summary["chart"] = write_chart(summary, cfg.out_dir / "summary.png", title=f"sandboxlite eval: {self.model_name}")
+        (cfg.out_dir / "summary.md").write_text(to_markdown(summary, title=f"sandboxlite eval: {self.model_name}"))
         return summary
+
+    def _scorer(self, domain: Domain) -> tuple[Scorer, str]:
+        """The scorer of ``domain`` under ``cfg.scoring``, and its name for the record."""
+        if self.cfg.scoring == "paper":
+            from .scoring.paper import paper_scorer
+
+            scorer = paper_scorer(domain.name)
+            if scorer is not None:
+                return scorer, "paper"
+            return domain.score, "strict (the paper has no rule for this domain)"
+        return domain.score, "strict"
 
     def _model_for(self, job: Job) -> Any:
         return self.model(job) if callable(self.model) and not hasattr(self.model, "complete") else self.model
@@ -263,10 +387,11 @@ class Evaluator:
         folder = item.id + (f"-r{job.repeat}" if cfg.repeats > 1 else "")
         traj = cfg.out_dir / "trajectories" / job.mode / job.domain.name / folder
         record: dict[str, Any] = {"key": job.key, "domain": job.domain.name, "id": item.id, "mode": job.mode,
-                                  "repeat": job.repeat, "score": 0.0, "error": None,
+                                  "repeat": job.repeat, "score": 0.0, "error": None, "fingerprint": self.fingerprint,
+                                  "sampling": dict(getattr(self._model_for(job), "sampling", None) or {}),
                                   "trajectory": str(traj.relative_to(cfg.out_dir) / "trajectory.json")}  # fmt: skip
         limits = AgentLimits(max_steps=cfg.max_steps, max_total_tokens=cfg.token_budget, max_wall_s=cfg.timeout_s)
-        task = item.to_task(max_steps=cfg.max_steps, timeout_s=cfg.timeout_s, rootfs=cfg.rootfs)
+        task = item.to_task(max_steps=cfg.max_steps, timeout_s=cfg.timeout_s, rootfs=cfg.rootfs, prompt=cfg.prompt)
         model_s = judge_s = 0.0
         try:
             sb = pool.acquire() if job.mode == "sandbox" and pool is not None else None
@@ -277,18 +402,23 @@ class Evaluator:
                 if sb is not None:
                     pool.release(sb)
             model_s = res.model_s
-            if res.answer is not None and res.answer.strip():
-                response, source = res.answer, "answer.txt" if job.mode == "sandbox" else "reply"
-            else:
-                response, source = res.last_message or "", "last_message" if res.last_message else None
-            record.update(exit_reason=res.exit_reason, reason=res.reason, submitted=res.submitted, steps=res.steps,
-                          usage=res.usage, response_source=source, response=response[:MAX_RESPONSE_CHARS])  # fmt: skip
+            response, source = scored_response(res, job.mode)
+            record.update(exit_reason=res.exit_reason, reason=res.reason,
+                          submitted=res.submitted if job.mode == "sandbox" else None,
+                          answer_file=res.answer is not None if job.mode == "sandbox" else None,
+                          response_source=source, finish_reason=res.finish_reason,
+                          truncated=res.truncated_replies > 0, truncated_replies=res.truncated_replies,
+                          steps=res.steps, usage=res.usage, response=(response or "")[:MAX_RESPONSE_CHARS])  # fmt: skip
             if res.reason is ExitReason.MODEL_ERROR:
                 record["error"] = res.exit_reason
+            scorer, scoring = self._scorer(job.domain)
             t1 = time.monotonic()
-            score = job.domain.score(item, response, self.judge)
+            if response is None:  # nothing to score: no call to the scorer (nor the judge)
+                score = Score(0.0, None, details={"no_response": True})
+            else:
+                score = scorer(item, response, self.judge)
             judge_s = time.monotonic() - t1 if self.judge is not None else 0.0  # the judge's time is model time
-            record.update(score=score.value, extracted=score.extracted, metrics=score.metrics,
+            record.update(score=score.value, extracted=score.extracted, metrics=score.metrics, scoring=scoring,
                           approximate=score.approximate, details=score.details)  # fmt: skip
         except _Stop:
             return None
@@ -299,6 +429,20 @@ class Evaluator:
                       overhead_s=round(max(0.0, wall - model_s - judge_s), 4),
                       finished_at=time.strftime("%Y-%m-%dT%H:%M:%S"))  # fmt: skip
         return record
+
+
+def scored_response(res: Any, mode: str) -> tuple[str | None, str | None]:
+    """(the response to score, where it came from) of a ``RunResult``.
+
+    Sandbox mode: ``answer.txt`` when it holds anything, else the last reply that was text and no
+    tool call (``final_text``); vanilla mode: the reply.  Tool calls are never scored: a run that
+    only called tools and left no answer file has no response (``(None, None)``).
+    """
+    if mode == "sandbox" and res.answer is not None and res.answer.strip():
+        return res.answer, "answer.txt"
+    if res.final_text:
+        return res.final_text, "reply" if mode == "vanilla" else "final_text"
+    return None, None
 
 
 def run_eval(config: EvalConfig, model: ModelSpec, *, judge: Any = None, model_name: str | None = None,

@@ -1,17 +1,22 @@
-"""From the records of ``results.jsonl`` to ``summary.json`` and ``summary.md``.
+"""From the records of ``results.jsonl`` to ``summary.json``, ``summary.md`` and ``summary.png``.
 
 Per domain and mode: the mean score with a 95 % bootstrap interval (items resampled; with
 repeats, an item's score is its mean over the repeats), secondary metrics, tasks, errors (an
-errored run scores 0), mean steps, tokens, wall time and the per-task overhead (everything but
-model time).  Per domain: sandbox minus vanilla, paired by item, with its own bootstrap interval.
+errored run scores 0), the shares of runs that submitted and that left an answer to score, the
+replies cut by the token budget, mean steps, tokens, wall time and the per-task overhead
+(everything but model time).  Per domain: sandbox minus vanilla, paired by item, with its own
+bootstrap interval.  ``summary.md`` opens with one table (domain x sandbox, vanilla, delta, and
+their mean over domains), then the details.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 N_BOOT = 1000
@@ -34,6 +39,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
+def _share(records: list[dict], key: str) -> float | None:
+    known = [bool(r[key]) for r in records if r.get(key) is not None]
+    return statistics.fmean(known) if known else None
+
+
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -53,6 +63,7 @@ def _cell(records: list[dict], seed: int) -> dict[str, Any]:
         for k, v in (r.get("metrics") or {}).items():
             metrics[k].append(float(v))
     overhead = [r["overhead_s"] for r in records if r.get("overhead_s") is not None and not r.get("error")]
+    submitted = [bool(r["submitted"]) for r in records if r.get("submitted") is not None]
     cell = {
         "items": len(by_item),
         "runs": len(records),
@@ -61,6 +72,11 @@ def _cell(records: list[dict], seed: int) -> dict[str, Any]:
         "ci95": list(ci) if ci else None,
         "metrics": {k: statistics.fmean(v) for k, v in sorted(metrics.items())},
         "approximate": any(r.get("approximate") for r in records),
+        # sandbox mode: the model called submit; every mode: a response was there to score
+        "submitted": statistics.fmean(submitted) if submitted else None,
+        "answered": statistics.fmean(1.0 if r.get("response_source") else 0.0 for r in records) if records else None,
+        "answer_file": _share(records, "answer_file"),
+        "truncated": sum(1 for r in records if r.get("truncated")),
         "mean_steps": statistics.fmean(r.get("steps") or 0 for r in records) if records else None,
         "prompt_tokens": sum(int((r.get("usage") or {}).get("prompt_tokens") or 0) for r in records),
         "completion_tokens": sum(int((r.get("usage") or {}).get("completion_tokens") or 0) for r in records),
@@ -112,6 +128,20 @@ def summarize(records: list[dict], *, seed: int = 0) -> dict[str, Any]:
                                   "n": len(overhead)} if overhead else None  # fmt: skip
     out["runs"] = len(records)
     out["errors"] = sum(1 for r in records if r.get("error"))
+    out["overall"] = _overall(out["domains"])
+    out["fingerprints"] = sorted({r["fingerprint"] for r in records if r.get("fingerprint")})
+    return out
+
+
+def _overall(domains: dict[str, Any]) -> dict[str, Any]:
+    """The mean over domains (each domain weighs the same, as in the paper's average)."""
+    out: dict[str, Any] = {}
+    for mode in ("sandbox", "vanilla"):
+        means = [e[mode]["mean"] for e in domains.values() if e.get(mode) and e[mode]["mean"] is not None]
+        out[mode] = statistics.fmean(means) if means else None
+    deltas = [e["sandbox_minus_vanilla"]["mean"] for e in domains.values() if e.get("sandbox_minus_vanilla")]
+    out["sandbox_minus_vanilla"] = statistics.fmean(deltas) if deltas else None
+    out["domains"] = len(domains)
     return out
 
 
@@ -121,17 +151,69 @@ def _fmt(x: float | None, pct: bool = True) -> str:
     return f"{100 * x:.1f}" if pct else f"{x:.1f}"
 
 
+def _score_ci(c: dict | None) -> str:
+    if not c or c.get("mean") is None:
+        return "-"
+    ci = f" [{_fmt(c['ci95'][0])}, {_fmt(c['ci95'][1])}]" if c.get("ci95") else ""
+    return f"{_fmt(c['mean'])}{ci}"
+
+
+def _delta_ci(d: dict | None) -> str:
+    if not d:
+        return "-"
+    ci = f" [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}]" if d.get("ci95") else ""
+    return f"{100 * d['mean']:+.1f}{ci}"
+
+
+def _header(meta: dict[str, Any]) -> list[str]:
+    st = meta.get("settings") or {}
+    model = st.get("model") or {}
+    lines = [f"Model `{meta.get('model')}`" + (f" at `{model['endpoint']}`" if model.get("endpoint") else "")
+             + f", modes {', '.join(meta.get('modes', []))}, seed {meta.get('seed')}, repeats {meta.get('repeats')}; "
+             f"written {meta.get('written_at', '?')} by sandboxlite {st.get('sandboxlite', '?')} "
+             f"(settings fingerprint `{meta.get('fingerprint', '?')}`)."]  # fmt: skip
+    if st:
+        sampling = ", ".join(f"{k} {v if v is not None else 'endpoint default'}"
+                             for k, v in (model.get("sampling") or {}).items()) or "none (deterministic)"  # fmt: skip
+        lim = st.get("limits") or {}
+        rootfs = st.get("rootfs") or {}
+        lines.append(f"Sampling: {sampling}. Limits: {lim.get('max_steps')} steps, {lim.get('timeout_s')} s, "
+                     f"token budget {lim.get('token_budget') or 'none'} per task. Scoring: {st.get('scoring')}. "
+                     f"Root filesystem `{rootfs.get('name')}` {rootfs.get('digest') or ''}, network "
+                     f"{st.get('network')}, isolation {st.get('isolation')}.".replace(" ,", ","))  # fmt: skip
+    skipped = meta.get("skipped_domains") or {}
+    if skipped:
+        lines.append("Skipped (no data): " + ", ".join(f"{d}" for d in skipped) + " (`sandboxlite data pull`).")
+    return lines
+
+
 def to_markdown(summary: dict[str, Any], *, title: str = "Evaluation") -> str:
     lines = [f"# {title}", ""]
     meta = summary.get("run") or {}
     if meta:
-        lines += [f"Model `{meta.get('model')}`, modes {', '.join(meta.get('modes', []))}, seed {meta.get('seed')}, "
-                  f"repeats {meta.get('repeats')}.", ""]  # fmt: skip
-    lines += ["Scores in %; 95 % bootstrap interval over items; errored runs score 0. Overhead = wall time minus "
-              "model time, per task.", ""]  # fmt: skip
+        for line in _header(meta):
+            lines += [line, ""]
+    if len(summary.get("fingerprints") or []) > 1:
+        lines += [f"**Mixed settings**: these results come from {len(summary['fingerprints'])} settings "
+                  f"({', '.join(summary['fingerprints'])}; resumed with --resume-anyway: see run.json).", ""]  # fmt: skip
+    lines += ["| domain | sandbox | vanilla | sandbox - vanilla |", "|---|---|---|---|"]
     for domain, entry in summary["domains"].items():
-        lines += [f"## {domain}", "", "| mode | score | 95% CI | items | runs | errors | mean steps | prompt tok | "
-                  "completion tok | wall s | overhead p50 ms | other metrics |", "|" + "---|" * 12]  # fmt: skip
+        lines.append(f"| {domain} | {_score_ci(entry.get('sandbox'))} | {_score_ci(entry.get('vanilla'))} | "
+                     f"{_delta_ci(entry.get('sandbox_minus_vanilla'))} |")  # fmt: skip
+    o = summary.get("overall") or {}
+    if len(summary["domains"]) > 1:
+        delta = o.get("sandbox_minus_vanilla")
+        lines.append(f"| **mean** | {_fmt(o.get('sandbox'))} | {_fmt(o.get('vanilla'))} | "
+                     f"{f'{100 * delta:+.1f}' if delta is not None else '-'} |")  # fmt: skip
+    lines += ["", "Scores in %, [95 % bootstrap interval over items]; the delta is paired by item; the mean weighs "
+              "every domain the same. Errored runs score 0. Overhead = wall time minus model time, per task.", "",
+              "## Details", ""]  # fmt: skip
+    if summary.get("chart"):
+        lines += [f"![sandbox against vanilla]({summary['chart']})", ""]
+    for domain, entry in summary["domains"].items():
+        lines += [f"### {domain}", "", "| mode | score | 95% CI | items | runs | errors | submitted | answered | "
+                  "cut replies | mean steps | prompt tok | completion tok | wall s | overhead p50 ms | other metrics |",
+                  "|" + "---|" * 15]  # fmt: skip
         for mode in ("sandbox", "vanilla"):
             c = entry.get(mode)
             if not c:
@@ -143,6 +225,7 @@ def to_markdown(summary: dict[str, Any], *, title: str = "Evaluation") -> str:
             if c["approximate"]:
                 extra += " (approximate: rule-based, no judge)"
             lines.append(f"| {mode} | {_fmt(c['mean'])} | {ci} | {c['items']} | {c['runs']} | {c['errors']} | "
+                         f"{_fmt(c.get('submitted'))} | {_fmt(c.get('answered'))} | {c.get('truncated', 0)} | "
                          f"{_fmt(c['mean_steps'], False)} | {c['prompt_tokens']} | {c['completion_tokens']} | "
                          f"{c['wall_s']:.1f} | {c['overhead_ms_p50'] if c['overhead_ms_p50'] is not None else '-'} | "
                          f"{extra} |")  # fmt: skip
@@ -152,8 +235,61 @@ def to_markdown(summary: dict[str, Any], *, title: str = "Evaluation") -> str:
             lines.append(f"\nSandbox minus vanilla: **{100 * d['mean']:+.1f}** points{ci} over {d['paired_items']} "
                          "paired items.")  # fmt: skip
         lines.append("")
+    lines += ["submitted: the model called submit (sandbox mode); answered: a response was there to score "
+              "(answer.txt, else a final reply that was no tool call); cut replies: replies that hit the token "
+              "budget (finish reason `length`).", ""]  # fmt: skip
     o = summary.get("sandbox_overhead_ms")
     if o:
         lines.append(f"Sandbox-mode overhead per task (all but model time): p50 {o['p50']} ms, p90 {o['p90']} ms "
                      f"over {o['n']} tasks.")  # fmt: skip
     return "\n".join(lines).rstrip() + "\n"
+
+
+CHART_SKIPPED = "chart skipped: matplotlib not installed (pip install 'sandboxlite[eval]')"
+
+
+def write_chart(summary: dict[str, Any], path: Any, *, title: str = "Evaluation") -> str | None:
+    """``summary.png``: per domain, sandbox against vanilla (score and 95 % interval).  Returns the
+    file's name, or None when there is nothing to draw or matplotlib is missing (``summary["chart_note"]``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        summary["chart_note"] = CHART_SKIPPED
+        return None
+    domains = list(summary["domains"])
+    if not domains:
+        return None
+    modes = [m for m in ("sandbox", "vanilla") if any(summary["domains"][d].get(m) for d in domains)]
+    colors = {"sandbox": "#1b7837", "vanilla": "#878787"}
+    width = 0.8 / max(1, len(modes))
+    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(domains) * max(1, len(modes)) / 2 + 2, 3.6))
+    for k, mode in enumerate(modes):
+        xs, ys, lo, hi = [], [], [], []
+        for i, d in enumerate(domains):
+            c = summary["domains"][d].get(mode)
+            if not c or c["mean"] is None:
+                continue
+            xs.append(i + (k - (len(modes) - 1) / 2) * width)
+            ys.append(100 * c["mean"])
+            a, b = c["ci95"] or (c["mean"], c["mean"])
+            lo.append(100 * (c["mean"] - a))
+            hi.append(100 * (b - c["mean"]))
+        ax.bar(xs, ys, width=width * 0.95, color=colors[mode], label=mode, yerr=[lo, hi], capsize=3,
+               error_kw={"elinewidth": 1})  # fmt: skip
+    items = [max((summary["domains"][d].get(m) or {}).get("items", 0) for m in modes) for d in domains]
+    ax.set_xticks(range(len(domains)), [f"{d}\n(n={n})" for d, n in zip(domains, items)], fontsize=8)
+    ax.set_ylabel("score (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    out = Path(path)
+    tmp = out.with_name(out.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, out)
+    return out.name
