@@ -79,6 +79,24 @@ def test_a_short_episode_with_the_embedded_model(smol, tmp_path):
     assert t["model_info"]["load_s"] > 0 and t["steps"][0]["usage"]["tokens_per_s"] > 0
 
 
+@pytest.mark.local_model
+def test_the_finish_reason_is_the_models_own(smol):
+    """A reply cut by max_tokens says "length" (it was a hard-coded "stop": a cut answer looked whole)."""
+    messages = [{"role": "user", "content": "Count from 1 to 100, separated by commas."}]
+    saved = smol.max_tokens
+    try:
+        smol.max_tokens = 3
+        cut = smol.complete(messages, [])
+        smol.max_tokens = 60
+        whole = smol.complete([{"role": "user", "content": "Say just: yes"}], [])
+    finally:
+        smol.max_tokens = saved
+    assert cut.finish_reason == "length" and cut.usage["completion_tokens"] == 3
+    assert whole.finish_reason == "stop" and whole.usage["completion_tokens"] < 60
+    assert smol.sampling == {"temperature": 0.2, "top_p": 0.95, "max_tokens": 200, "seed": 0, "n_ctx": 8192}
+    assert LocalModel.__init__.__kwdefaults__["max_tokens"] is None  # by default: what the context leaves
+
+
 @pytest.mark.parametrize("text, name, args", [
     ('<tool_call>{"name": "submit"}</tool_call>', "submit", {}),  # no "arguments"
     ('{"name": "submit"}', "submit", {}),  # bare, no "arguments"
