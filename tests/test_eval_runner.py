@@ -57,6 +57,7 @@ def _stable(summary: dict) -> dict:
     """The summary without timings."""
     out = json.loads(json.dumps(summary))
     out.pop("sandbox_overhead_ms", None)
+    out.pop("run", None)  # when it was written
     for entry in out["domains"].values():
         for cell in entry.values():
             if isinstance(cell, dict):
@@ -166,7 +167,7 @@ def test_resume_after_interrupt_gives_the_same_summary(tmp_path: Path, tasks_fil
     assert _stable(again.summary) == _stable(full.summary)
     third = run_eval(cfg, ScriptedModel(oracle), model_name="oracle")  # nothing left to do
     assert third.ran == 0 and third.skipped == 12
-    with pytest.raises(ConfigError, match="holds a run of model 'oracle'"):
+    with pytest.raises(ConfigError, match='holds a run with other settings(.|\n)*model.name: "oracle" -> "another"'):
         run_eval(cfg, ScriptedModel(oracle), model_name="another")
 
 
@@ -195,8 +196,11 @@ def test_errors_are_recorded_not_fatal(tmp_path: Path) -> None:
     assert recs["scorer"]["error"] == "ValueError: the scorer broke" and recs["scorer"]["score"] == 0.0
     cell = result.summary["domains"]["errs"]["sandbox"]
     assert cell["errors"] == 2 and cell["mean"] == pytest.approx(1 / 3)
-    # --retry-errors runs just those again
-    again = run_eval(_cfg(tmp_path, [domain], modes=["sandbox"], retry_errors=True), model_for, model_name="mixed")
+    assert result.errors == 2 and not result.complete and result.first_errors[0][0].startswith("sandbox/errs/")
+    # retry_errors=False keeps them; a resume runs just those again by default
+    kept = run_eval(_cfg(tmp_path, [domain], modes=["sandbox"], retry_errors=False), model_for, model_name="mixed")
+    assert kept.ran == 0 and kept.skipped == 3 and kept.errors == 2
+    again = run_eval(_cfg(tmp_path, [domain], modes=["sandbox"]), model_for, model_name="mixed")
     assert again.ran == 2 and again.skipped == 1
 
 
@@ -241,9 +245,9 @@ def test_cli_eval_custom_tasks_both_modes(tmp_path: Path, tasks_file: Path) -> N
 
 
 def test_cli_eval_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SANDBOXLITE_EVAL_DATA", raising=False)
+    monkeypatch.setenv("SANDBOXLITE_EVAL_DATA", str(tmp_path / "empty"))
     r = CliRunner().invoke(main, ["eval", "--model", "scripted", "--domains", "math"])
-    assert r.exit_code == 2 and "--data-dir" in r.output
+    assert r.exit_code == 2 and "no data for any selected domain" in r.output and "data pull math" in r.output
     r = CliRunner().invoke(main, ["eval", "--model", "scripted", "--domains", "nope", "--data-dir", str(tmp_path)])
     assert r.exit_code == 2 and "unknown domain 'nope'" in r.output
     tasks = tmp_path / "t.jsonl"

@@ -170,6 +170,7 @@ def exec_(rootfs, mounts, timeout, network, envs, workdir, memory_mb, isolation,
     sys.exit(result.exit_code)
 
 
+RUN_LOCAL_MAX_TOKENS = 512  # `run` with an in-process model: a reply's default budget
 EXIT_NOT_SUBMITTED = 1  # the run ended without the model calling submit
 EXIT_MODEL = 3  # the model endpoint failed
 
@@ -180,7 +181,9 @@ EXIT_MODEL = 3  # the model endpoint failed
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL).")
 @click.option("--api-key", default=None, help="API key (default: $OPENAI_API_KEY).")
 @click.option("--temperature", type=float, default=None)
-@click.option("--max-tokens", type=int, default=None, help="Cap on the tokens of each model reply.")
+@click.option("--max-tokens", type=int, default=None,
+              help=f"Cap on the tokens of each model reply (default: {RUN_LOCAL_MAX_TOKENS} for local models, whose "
+              "small ones can ramble to the end of the context; the endpoint's own for servers).")  # fmt: skip
 @click.option("--token-budget", type=int, default=None, help="Cap on all tokens of the run (prompt + completion).")
 @click.option("--extra-body", default=None, metavar="JSON", help="Extra request fields, e.g. '{\"top_k\": 20}'.")
 @click.option("--max-steps", type=int, default=None, help="Override the task's max_steps.")
@@ -213,7 +216,11 @@ def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token
             raise ConfigError("--extra-body", f"not valid JSON: {e.msg}") from None
         limits = AgentLimits(max_steps=max_steps or task.max_steps, max_wall_s=task.timeout_s,
                              max_total_tokens=token_budget)  # fmt: skip
-        model = resolve_model(model_name or task.model or "local", base_url=base_url, api_key=api_key,
+        name = model_name or task.model or "local"
+        if max_tokens is None and (name == "local" or name.startswith("local:")) and not (
+                base_url or os.environ.get("SANDBOXLITE_LOCAL_URL")):  # fmt: skip
+            max_tokens = RUN_LOCAL_MAX_TOKENS
+        model = resolve_model(name, base_url=base_url, api_key=api_key,
                               temperature=temperature, max_tokens=max_tokens, extra_body=extra,
                               constrained=constrained)  # fmt: skip
         on_step = None if quiet else _print_step
@@ -246,48 +253,88 @@ def _print_step(agent, step) -> None:
         console.print(f"[bold]step {step.index}[/bold] [cyan]{obs['tool']}[/cyan] {args} -> {escape(first)} {timing}")
 
 
+EXIT_INCOMPLETE = 4  # eval finished, but some tasks errored or some domain had no data
+
+# the paper's task names (llm-in-sandbox --task) -> ours
+PAPER_TASKS = {"instruct_follow": ["instruct"], "instruct_pretrain": ["dream", "qed"]}
+
+
+def _domain_names(spec: str) -> list[str]:
+    names: list[str] = []
+    for n in (x.strip() for x in spec.split(",")):
+        for m in PAPER_TASKS.get(n, [n] if n else []):
+            if m not in names:
+                names.append(m)
+    return names
+
+
 @main.command(name="eval")
-@click.option("--model", "model_name", default="local", show_default=True,
-              help="local, scripted (a no-LLM dry run), or a model on an OpenAI-compatible endpoint.")  # fmt: skip
-@click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL).")
-@click.option("--api-key", default=None, help="API key (default: $OPENAI_API_KEY).")
-@click.option("--temperature", type=float, default=None)
-@click.option("--max-tokens", type=int, default=None, help="Cap on the tokens of each model reply.")
+@click.option("--model", "model_name", default="local", show_default=True, envvar="LLM_NAME",
+              help="local, scripted (a no-LLM dry run), or a model on an OpenAI-compatible endpoint "
+              "(default: $LLM_NAME, else local).")  # fmt: skip
+@click.option("--base-url", default=None, envvar="LLM_BASE_URL",
+              help="OpenAI-compatible endpoint (default: $LLM_BASE_URL, else $OPENAI_BASE_URL).")  # fmt: skip
+@click.option("--api-key", default=None, envvar="LLM_API_KEY",
+              help="API key (default: $LLM_API_KEY, else $OPENAI_API_KEY).")  # fmt: skip
+@click.option("--temperature", type=click.FloatRange(min=0), default=None, envvar="LLM_TEMPERATURE",
+              help="Sent in both modes (default: $LLM_TEMPERATURE, else the backend's own).")  # fmt: skip
+@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=None, help="Sent in both modes.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None,
+              help="Cap on the tokens of each model reply, both modes (default: what the context allows).")  # fmt: skip
+@click.option("--sampling-seed", type=int, default=None, help="The sampling seed sent with every request.")
 @click.option("--extra-body", default=None, metavar="JSON", help="Extra request fields, e.g. '{\"top_k\": 20}'.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="The eval-data folder (default: $SANDBOXLITE_EVAL_DATA).")  # fmt: skip
-@click.option("--domains", default=None, metavar="A,B",
-              help="math, physics, chem, biomed, long_context, instruct (the default: all six); also dream, qed.")  # fmt: skip
+              help="The eval-data folder (default: $SANDBOXLITE_EVAL_DATA, else the cache that "
+              "`sandboxlite data pull` fills).")  # fmt: skip
+@click.option("--domains", "--task", "domains", default=None, metavar="A,B",
+              help="math, physics, chem, biomed, long_context, instruct (the default: all six); also dream, qed; "
+              "the paper's names instruct_follow and instruct_pretrain too.")  # fmt: skip
 @click.option("--tasks", "task_files", multiple=True, type=click.Path(dir_okay=False, exists=True),
               help="A JSONL file of your own tasks (repeatable; see sandboxlite.eval.custom).")  # fmt: skip
 @click.option("--domain-module", "domain_modules", multiple=True, metavar="MODULE:NAME",
               help="Register the Domain(s) a Python module defines (repeatable).")  # fmt: skip
-@click.option("--mode", type=click.Choice(["sandbox", "vanilla", "both"]), default="sandbox", show_default=True)
-@click.option("--limit", type=int, default=None, help="At most N items per domain (a seeded, stratified sample).")
+@click.option("--mode", type=click.Choice(["sandbox", "vanilla", "both", "llm"]), default="sandbox", show_default=True,
+              help="llm is vanilla (the paper's name): one chat call, no sandbox.")  # fmt: skip
+@click.option("--scoring", type=click.Choice(["strict", "paper"]), default="strict", show_default=True,
+              help="strict: sandboxlite's scorers; paper: the paper's own reward rules.")  # fmt: skip
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N items per domain (seeded, stratified).")
 @click.option("--ids", default=None, metavar="ID,ID", help="Only these items (as in results.jsonl).")
-@click.option("--repeats", type=int, default=1, show_default=True, help="Runs per item (the paper repeats AIME 16x).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--workers", type=int, default=8, show_default=True, help="Tasks in parallel (and pooled sandboxes).")
-@click.option("--max-steps", type=int, default=50, show_default=True)
-@click.option("--timeout", "timeout_s", type=float, default=1800.0, show_default=True, help="Seconds per task.")
-@click.option("--token-budget", type=int, default=None, help="Cap on all tokens of one task.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per item (the paper repeats AIME 16x).")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="The sample's and the bootstrap's seed.")
+@click.option("--workers", type=click.IntRange(min=1), default=8, show_default=True, envvar="LLM_NUM_WORKERS",
+              help="Tasks in parallel, and pooled sandboxes (default: $LLM_NUM_WORKERS, else 8).")  # fmt: skip
+@click.option("--max-steps", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=1800.0, show_default=True,
+              help="Seconds per task.")  # fmt: skip
+@click.option("--token-budget", type=click.IntRange(min=1), default=None, help="Cap on all tokens of one task.")
 @click.option("--rootfs", default="auto", show_default=True)
+@click.option("--prompt", "prompt_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A prompt template file ([system] and [instance] sections), for both modes.")  # fmt: skip
 @click.option("--judge", "judge_name", default=None, help="An LLM judge (physics, long_context), on --judge-base-url.")
 @click.option("--judge-base-url", default=None, help="The judge's endpoint (default: --base-url).")
 @click.option("--output-dir", type=click.Path(file_okay=False), default=None,
-              help="Default: ./eval-output/<model>/ (re-running the same command resumes there).")  # fmt: skip
-@click.option("--retry-errors", is_flag=True, help="On resume, run again the tasks that ended in an error.")
-@click.option("--no-progress", is_flag=True, help="No progress bar.")
+              help="Default: ./eval-output/<model>-<settings fingerprint>/ (the same command resumes there).")  # fmt: skip
+@click.option("--retry-errors/--no-retry-errors", default=True, show_default=True,
+              help="On resume, run again the tasks that ended in an error.")  # fmt: skip
+@click.option("--resume-anyway", is_flag=True, help="Resume in --output-dir although its settings differ.")
+@click.option("--no-progress", is_flag=True, help="No progress display.")
 @isolation_option
-def eval_(model_name, base_url, api_key, temperature, max_tokens, extra_body, data_dir, domains, task_files,
-          domain_modules, mode, limit, ids, repeats, seed, workers, max_steps, timeout_s, token_budget, rootfs,
-          judge_name, judge_base_url, output_dir, retry_errors, no_progress, isolation) -> None:  # fmt: skip
-    """Score a model on the paper's domains (or yours), in the sandbox and/or answering directly."""
+def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, sampling_seed, extra_body, data_dir, domains,
+          task_files, domain_modules, mode, scoring, limit, ids, repeats, seed, workers, max_steps, timeout_s,
+          token_budget, rootfs, prompt_file, judge_name, judge_base_url, output_dir, retry_errors, resume_anyway,
+          no_progress, isolation) -> None:  # fmt: skip
+    """Score a model on the paper's domains (or yours), in the sandbox and/or answering directly.
+
+    Exit codes: 0 every task ran; 2 bad arguments; 3 the model endpoint failed (the preflight
+    request, before any task); 4 some tasks errored or some domain had no data (run the same
+    command again to retry them); 130 interrupted (finished tasks are kept).
+    """
     from pathlib import Path
 
     from .agent.profiles import resolve_model
     from .eval import EvalConfig, domains as known_domains, load_domain_module, load_tasks_file, run_eval
-    from .eval.domains import safe_id
+    from .eval.data import default_data_dir
 
     _use_isolation(isolation)
     try:
@@ -295,7 +342,7 @@ def eval_(model_name, base_url, api_key, temperature, max_tokens, extra_body, da
         for spec in domain_modules:
             load_domain_module(spec)
         if domains:
-            names = [n.strip() for n in domains.split(",") if n.strip()]
+            names = _domain_names(domains)
         elif custom or domain_modules:
             names = []
         else:
@@ -309,49 +356,70 @@ def eval_(model_name, base_url, api_key, temperature, max_tokens, extra_body, da
         chosen = [known[n] for n in names] + custom
         if not chosen:
             raise ConfigError("--domains", "no domain selected")
-        data = data_dir or os.environ.get("SANDBOXLITE_EVAL_DATA")
-        if not data and names:
-            raise ConfigError("--data-dir", "not given and $SANDBOXLITE_EVAL_DATA is not set "
-                              "(Hint: --data-dir path/to/eval-data)")  # fmt: skip
+        data = Path(data_dir) if data_dir else default_data_dir(os.environ)
         try:
             extra = json.loads(extra_body) if extra_body else None
         except json.JSONDecodeError as e:
             raise ConfigError("--extra-body", f"not valid JSON: {e.msg}") from None
-        model = resolve_model(model_name, base_url=base_url, api_key=api_key, temperature=temperature,
-                              max_tokens=max_tokens, extra_body=extra)  # fmt: skip
+        if extra is not None and not isinstance(extra, dict):
+            raise ConfigError("--extra-body", f"expected a JSON object, got {type(extra).__name__}")
+        model = resolve_model(model_name, base_url=base_url, api_key=api_key, temperature=temperature, top_p=top_p,
+                              max_tokens=max_tokens, seed=sampling_seed, extra_body=extra)  # fmt: skip
         judge = None
         if judge_name:
             from .eval.scoring.judge import LLMJudge
 
             judge = LLMJudge(resolve_model(judge_name, base_url=judge_base_url or base_url, api_key=api_key,
                                            temperature=0.0))  # fmt: skip
-        out = Path(output_dir) if output_dir else Path("eval-output") / safe_id(model_name)
-        cfg = EvalConfig(domains=chosen, data_dir=Path(data or "."), out_dir=out,
-                         modes=["sandbox", "vanilla"] if mode == "both" else [mode], limit=limit,
-                         ids=[i.strip() for i in ids.split(",")] if ids else None, repeats=repeats, seed=seed,
-                         workers=workers, max_steps=max_steps, timeout_s=timeout_s, token_budget=token_budget,
-                         rootfs=rootfs, retry_errors=retry_errors)  # fmt: skip
+        cfg = EvalConfig(domains=chosen, data_dir=data, out_dir=Path(output_dir) if output_dir else None,
+                         modes=["sandbox", "vanilla"] if mode == "both" else ["vanilla" if mode == "llm" else mode],
+                         limit=limit, ids=[i.strip() for i in ids.split(",")] if ids else None, repeats=repeats,
+                         seed=seed, workers=workers, max_steps=max_steps, timeout_s=timeout_s,
+                         token_budget=token_budget, rootfs=rootfs, prompt=prompt_file, scoring=scoring,
+                         retry_errors=retry_errors, resume_anyway=resume_anyway)  # fmt: skip
         progress = None if no_progress or not sys.stderr.isatty() else _eval_progress()
         try:
             result = run_eval(cfg, model, judge=judge, model_name=model_name, progress=progress)
         except KeyboardInterrupt:
-            click.echo(f"\nsandboxlite: interrupted; finished tasks are kept in {out}/results.jsonl. "
+            where = cfg.out_dir or "the output folder"
+            click.echo(f"\nsandboxlite: interrupted; finished tasks are kept in {where}/results.jsonl. "
                        "Run the same command again to resume.", err=True)  # fmt: skip
             sys.exit(130)
     except SandboxError as e:  # ModelError included: exit code 3
         _fail(e)
         return
+    out = result.out_dir
     click.echo((out / "summary.md").read_text())
     click.echo(f"{result.ran} tasks run, {result.skipped} already done; results in {out}/", err=True)
+    for name, why in result.skipped_domains.items():
+        click.echo(f"sandboxlite: warning: domain {name} skipped, no data: {why.splitlines()[0]}\n"
+                   f"  Hint: sandboxlite data pull {name}" + (f" --dir {data_dir}" if data_dir else ""), err=True)  # fmt: skip
+    if result.errors:
+        click.echo(f"sandboxlite: {result.errors} task(s) ended in an error (scored 0); the first:", err=True)
+        for key, error in result.first_errors:
+            click.echo(f"  {key}: {error.splitlines()[0][:300]}", err=True)
+        click.echo("  Hint: fix the cause, then run the same command again: errored tasks are retried "
+                   "(--no-retry-errors keeps them)", err=True)  # fmt: skip
+    if not result.complete:
+        sys.exit(EXIT_INCOMPLETE)
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "ETA -"
+    seconds = int(seconds)
+    return f"ETA {seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"ETA {seconds // 60}m{seconds % 60:02d}s"  # fmt: skip
 
 
 def _eval_progress():
-    """A one-line progress display on stderr: done/total, errors, mean score so far."""
+    """A one-line progress display on stderr: done/total, errors, mean score so far, ETA."""
 
     def show(done: int, total: int, counts: dict) -> None:
         mean = counts["score_sum"] / max(1, counts["ran"])
         bar = "#" * int(30 * done / max(1, total))
-        sys.stderr.write(f"\r[{bar:<30}] {done}/{total} tasks, {counts['errors']} errors, mean {100 * mean:.1f}%  ")
+        sys.stderr.write(f"\r[{bar:<30}] {done}/{total} tasks, {counts['errors']} errors, mean {100 * mean:.1f}%, "
+                         f"{_eta(counts.get('eta_s'))}  ")  # fmt: skip
         if done == total:
             sys.stderr.write("\n")
         sys.stderr.flush()

@@ -174,7 +174,8 @@ def _header(meta: dict[str, Any]) -> list[str]:
              f"(settings fingerprint `{meta.get('fingerprint', '?')}`)."]  # fmt: skip
     if st:
         sampling = ", ".join(f"{k} {v if v is not None else 'endpoint default'}"
-                             for k, v in (model.get("sampling") or {}).items()) or "none (deterministic)"  # fmt: skip
+                             for k, v in (model.get("sampling") or {}).items()
+                             if v is not None or k != "extra_body") or "none (deterministic)"  # fmt: skip
         lim = st.get("limits") or {}
         rootfs = st.get("rootfs") or {}
         lines.append(f"Sampling: {sampling}. Limits: {lim.get('max_steps')} steps, {lim.get('timeout_s')} s, "
