@@ -209,7 +209,7 @@ class Evaluator:
             try:
                 loaded = domain.load(self.cfg.data_dir)
             except TaskError as e:
-                if e.field != "data":
+                if e.key != "data":
                     raise
                 self.skipped_domains[domain.name] = e.message
                 continue
