@@ -1,15 +1,19 @@
 """Multiple-choice answers (chemistry MCQ, MedXpertQA A-J): read the chosen letter, compare it.
 
-``extract_choice`` looks for the letter in three tiers and returns the last hit of the best
-tier present:
+``extract_choice`` looks for the letter in tiers and returns the last hit of the best tier
+present (``extract_choice_rule`` also says which tier found it):
 
-1. explicit final answers: ``\\boxed{B}`` (also ``\\boxed{\\text{B}}``, ``\\boxed{(B)}``,
-   ``\\boxed{B. ...}``), "Answer: B", "the answer is (b)", "final answer: **C**",
-   "The correct option is C: ...", "the answer to this question is D", "I choose D",
-   "option B is correct";
-2. a stated letter: ``**B**``, a line that starts with "B." / "B)" / "(B)" or holds only
-   the letter;
-3. any parenthesised letter, "(B)".
+1. ``boxed``: ``\\boxed{B}`` (also ``\\boxed{\\text{B}}``, ``\\boxed{(B)}``, ``\\boxed{B. ...}``);
+2. ``json``: a JSON object's answer key (``{"answer": "B"}``, ``"final_answer"``, ``"choice"``,
+   ``"option"``, ``"letter"``, ``"correct_answer"``; the value "B", "(B)" or "B. text"), so the
+   other letters of a ``"reason"`` beside it do not count;
+3. ``answer_line``: a line that starts with "Answer:" or "Final answer:" (markdown allowed,
+   "**Answer:** B"): what an explanation after it mentions does not count;
+4. ``explicit``: "the answer is (b)", "The correct option is C: ...", "the answer to this
+   question is D", "I choose D", "option B is correct", a line "C is correct";
+5. ``stated``: ``**B**``, a line that starts with "B." / "B)" / "(B)", holds only the letter, or
+   only "Option C";
+6. ``parenthesised``: any "(B)".
 
 Letters outside ``letters`` are ignored.  The English words "A" and "I" are not letters: a bare
 "A" or "I" (or any bare lowercase letter) followed by a word, as in "Answer: A reaction occurs"
@@ -19,12 +23,13 @@ end of a sentence ("the answer is b.") do.
 
 from __future__ import annotations
 
+import json
 import re
 
 from ..score import Score
 from .mathans import iter_boxed
 
-__all__ = ["extract_choice", "score_choice"]
+__all__ = ["extract_choice", "extract_choice_rule", "score_choice"]
 
 # the letter, bare or wrapped: (B) [B] **B** *B* \text{B} \textbf{B} {B}
 _TOKEN = r"""(?:
@@ -59,9 +64,21 @@ _OPTION_IS_CORRECT_RE = re.compile(
     r"(?:correct|right|best|most\s+appropriate|answer)",
     re.IGNORECASE | re.VERBOSE,
 )
+_LETTER_IS_CORRECT_RE = re.compile(  # a line "C is correct." / "(C) is the answer"
+    r"^[ \t>*#-]*\(?(?P<bare>[A-Z])\)?\s+is\s+(?:the\s+)?(?:correct|right|best|answer)\b", re.MULTILINE
+)
+_ANSWER_LINE_RE = re.compile(
+    r"^[ \t>#*-]*(?:the\s+)?(?:final\s+|correct\s+)?answer\s*\**\s*[:：]\s*\**\s*(?:(?:option|choice)\s*:?\s*)?" + _TOKEN,
+    re.IGNORECASE | re.VERBOSE | re.MULTILINE,
+)
 # (pattern, whether a bare letter followed by a word is refused as an English word)
-_EXPLICIT = [(_EXPLICIT_RE, True), (_ANSWER_IS_RE, True), (_OPTION_IS_CORRECT_RE, False)]
+_EXPLICIT = [(_EXPLICIT_RE, True), (_ANSWER_IS_RE, True), (_OPTION_IS_CORRECT_RE, False),
+             (_LETTER_IS_CORRECT_RE, False)]  # fmt: skip
+_ANSWER_LINE = [(_ANSWER_LINE_RE, True)]
+_JSON_KEYS = ("answer", "final_answer", "choice", "option", "letter", "correct_answer", "correct_option")
+_DECODER = json.JSONDecoder()
 _STATED = [
+    (re.compile(r"^[ \t>*#-]*(?:option|choice)\s+\(?(?P<bare>[A-Za-z])\)?[ \t.]*$", re.MULTILINE | re.IGNORECASE), False),
     (re.compile(r"\*\*\(?(?P<bold>[A-Za-z])\)?[.:)]?\*\*"), False),
     (re.compile(r"^[ \t>*#-]*\(?(?P<bare>[A-Z])(?:[.)]|\)?:)(?=\s|$)", re.MULTILINE), False),
     (re.compile(r"^[ \t>*#-]*\(?(?P<bare>[A-Za-z])\)?[ \t.]*$", re.MULTILINE), False),
@@ -113,18 +130,54 @@ def _pattern_hits(text: str, letters: str, patterns: list[tuple[re.Pattern, bool
     return hits
 
 
-def extract_choice(text: str, letters: str = "ABCD") -> str | None:
-    """The chosen letter (upper case) in ``text``, or None; see the module docstring."""
+def _json_hits(text: str, letters: str) -> list[tuple[int, str]]:
+    """Letters under an answer key of the JSON objects in ``text`` (nested ones too)."""
+    hits: list[tuple[int, str]] = []
+    pos = text.find("{")
+    while pos != -1:
+        try:
+            obj, end = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            pos = text.find("{", pos + 1)
+            continue
+        stack = [obj]
+        while stack:
+            o = stack.pop()
+            if isinstance(o, dict):
+                for key in _JSON_KEYS:
+                    value = o.get(key)
+                    if isinstance(value, str) and (letter := _box_letter(value, letters)):
+                        hits.append((pos, letter))
+                stack += [v for v in o.values() if isinstance(v, (dict, list))]
+            elif isinstance(o, list):
+                stack += [v for v in o if isinstance(v, (dict, list))]
+        pos = text.find("{", end)
+    return hits
+
+
+def extract_choice_rule(text: str, letters: str = "ABCD") -> tuple[str | None, str | None]:
+    """(the chosen letter in upper case, the tier that found it), or (None, None); see the module
+    docstring."""
     letters = letters.upper()
     text = text or ""
-    for hits in (
-        _box_hits(text, letters) + _pattern_hits(text, letters, _EXPLICIT),
-        _pattern_hits(text, letters, _STATED),
-        _pattern_hits(text, letters, _PARENTHESISED),
-    ):
+    tiers = (
+        ("boxed", lambda: _box_hits(text, letters)),
+        ("json", lambda: _json_hits(text, letters)),
+        ("answer_line", lambda: _pattern_hits(text, letters, _ANSWER_LINE)),
+        ("explicit", lambda: _pattern_hits(text, letters, _EXPLICIT)),
+        ("stated", lambda: _pattern_hits(text, letters, _STATED)),
+        ("parenthesised", lambda: _pattern_hits(text, letters, _PARENTHESISED)),
+    )
+    for rule, find in tiers:
+        hits = find()
         if hits:
-            return max(hits)[1]
-    return None
+            return max(hits)[1], rule
+    return None, None
+
+
+def extract_choice(text: str, letters: str = "ABCD") -> str | None:
+    """The chosen letter (upper case) in ``text``, or None; see the module docstring."""
+    return extract_choice_rule(text, letters)[0]
 
 
 def _gold_letter(gold: str, letters: str) -> str:
@@ -135,7 +188,7 @@ def _gold_letter(gold: str, letters: str) -> str:
 def score_choice(response: str, gold: str, letters: str = "ABCD") -> Score:
     """1.0 when the letter extracted from ``response`` is ``gold`` (any case, "(B)" accepted)."""
     letters = letters.upper()
-    extracted = extract_choice(response, letters)
+    extracted, rule = extract_choice_rule(response, letters)
     gold_letter = _gold_letter(gold, letters)
     return Score(float(extracted is not None and extracted == gold_letter), extracted=extracted,
-                 details={"gold": gold_letter, "letters": letters})  # fmt: skip
+                 details={"gold": gold_letter, "letters": letters, "rule": rule})  # fmt: skip

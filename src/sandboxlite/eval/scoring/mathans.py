@@ -18,6 +18,7 @@ alive at once, after that math-verify comparisons are refused rather than stacke
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -343,9 +344,34 @@ def score_math(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
     return Score(float(correct), extracted=None, details=details)
 
 
+_TOOL_TAG_RE = re.compile(r"<tool_call>.*?(?:</tool_call>|\Z)", re.DOTALL)
+_JSON_DECODER = json.JSONDecoder()
+
+
+def strip_tool_calls(text: str) -> str:
+    """``text`` without the tool calls written in it (``<tool_call>`` blocks, JSON objects with a
+    "name" and "arguments" or "parameters"): a call's arguments are never an answer (a
+    ``"timeout": 120`` once scored against the gold 120)."""
+    text = _TOOL_TAG_RE.sub(" ", text)
+    out, pos = [], 0
+    start = text.find("{")
+    while start != -1:
+        try:
+            obj, end = _JSON_DECODER.raw_decode(text, start)
+        except json.JSONDecodeError:
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(obj, dict) and "name" in obj and ("arguments" in obj or "parameters" in obj):
+            out.append(text[pos:start] + " ")
+            pos = end
+        start = text.find("{", end)
+    return "".join(out) + text[pos:]
+
+
 def _fallback_compare(response: str, gold: str, timeout_s: float) -> tuple[bool, str | None, str | None]:
-    """No box: let math-verify extract the answer from the whole response (its tail when long)."""
-    tail = response[-MAX_ANSWER_CHARS:]
+    """No box: let math-verify extract the answer from the response without its tool calls (its
+    tail when long)."""
+    tail = strip_tool_calls(response)[-MAX_ANSWER_CHARS:]
     load_math_verify()
 
     def job() -> tuple[bool, str | None]:
