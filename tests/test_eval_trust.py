@@ -223,9 +223,9 @@ def test_resume_with_other_settings_refuses_and_names_them(tmp_path: Path) -> No
     base = ["eval", "--model", "scripted", "--tasks", str(tasks), "--rootfs", "lean", "--output-dir",
             str(tmp_path / "o"), "--no-progress", "--workers", "1"]  # fmt: skip
     assert CliRunner().invoke(main, base).exit_code == 0
-    r = CliRunner().invoke(main, [*base, "--max-steps", "10", "--scoring", "paper"])
+    r = CliRunner().invoke(main, [*base, "--max-steps", "10", "--seed", "3"])
     assert r.exit_code == 2, r.output
-    assert "limits.max_steps: 50 -> 10" in r.output and 'scoring: "strict" -> "paper"' in r.output
+    assert "limits.max_steps: 50 -> 10" in r.output and "seed: 0 -> 3" in r.output
     assert "--resume-anyway" in r.output and "--output-dir" in r.output
     r = CliRunner().invoke(main, [*base, "--max-steps", "10", "--resume-anyway"])
     assert r.exit_code == 0, r.output

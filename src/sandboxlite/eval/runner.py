@@ -89,6 +89,12 @@ class EvalConfig:
                 raise ConfigError("mode", f"expected one of {', '.join(MODES)} (or both), got {m!r}")
         if self.scoring not in SCORINGS:
             raise ConfigError("scoring", f"expected one of {', '.join(SCORINGS)}, got {self.scoring!r}")
+        if self.scoring == "paper":
+            try:
+                from .scoring import paper  # noqa: F401
+            except ImportError:
+                raise ConfigError("scoring", "the paper's reward rules are not part of this version yet",
+                                  hint="use --scoring strict (the default)") from None  # fmt: skip
         for name, value in (("repeats", self.repeats), ("workers", self.workers), ("max_steps", self.max_steps)):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(name, f"expected a positive integer, got {value!r}")
