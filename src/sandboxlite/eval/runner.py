@@ -394,7 +394,7 @@ class Evaluator:
         traj = cfg.out_dir / "trajectories" / job.mode / job.domain.name / folder
         record: dict[str, Any] = {"key": job.key, "domain": job.domain.name, "id": item.id, "mode": job.mode,
                                   "repeat": job.repeat, "score": 0.0, "error": None, "fingerprint": self.fingerprint,
-                                  "sampling": dict(getattr(self._model_for(job), "sampling", None) or {}),
+                                  "sampling": {},
                                   "trajectory": str(traj.relative_to(cfg.out_dir) / "trajectory.json")}  # fmt: skip
         limits = AgentLimits(max_steps=cfg.max_steps, max_total_tokens=cfg.token_budget, max_wall_s=cfg.timeout_s)
         task = item.to_task(max_steps=cfg.max_steps, timeout_s=cfg.timeout_s, rootfs=cfg.rootfs, prompt=cfg.prompt)
@@ -402,7 +402,9 @@ class Evaluator:
         try:
             sb = pool.acquire() if job.mode == "sandbox" and pool is not None else None
             try:
-                res = run_task(task, self._model_for(job), output_dir=traj, mode=job.mode, limits=limits,
+                model = self._model_for(job)  # once: a factory may build a model per job
+                record["sampling"] = dict(getattr(model, "sampling", None) or {})
+                res = run_task(task, model, output_dir=traj, mode=job.mode, limits=limits,
                                on_step=self._check_stop, sandbox=sb)  # fmt: skip
             finally:
                 if sb is not None:

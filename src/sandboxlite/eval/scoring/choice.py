@@ -23,11 +23,10 @@ end of a sentence ("the answer is b.") do.
 
 from __future__ import annotations
 
-import json
 import re
 
 from ..score import Score
-from .mathans import iter_boxed
+from .mathans import iter_boxed, iter_json_objects
 
 __all__ = ["extract_choice", "extract_choice_rule", "score_choice"]
 
@@ -76,7 +75,6 @@ _EXPLICIT = [(_EXPLICIT_RE, True), (_ANSWER_IS_RE, True), (_OPTION_IS_CORRECT_RE
              (_LETTER_IS_CORRECT_RE, False)]  # fmt: skip
 _ANSWER_LINE = [(_ANSWER_LINE_RE, True)]
 _JSON_KEYS = ("answer", "final_answer", "choice", "option", "letter", "correct_answer", "correct_option")
-_DECODER = json.JSONDecoder()
 _STATED = [
     (re.compile(r"^[ \t>*#-]*(?:option|choice)\s+\(?(?P<bare>[A-Za-z])\)?[ \t.]*$", re.MULTILINE | re.IGNORECASE), False),
     (re.compile(r"\*\*\(?(?P<bold>[A-Za-z])\)?[.:)]?\*\*"), False),
@@ -133,13 +131,7 @@ def _pattern_hits(text: str, letters: str, patterns: list[tuple[re.Pattern, bool
 def _json_hits(text: str, letters: str) -> list[tuple[int, str]]:
     """Letters under an answer key of the JSON objects in ``text`` (nested ones too)."""
     hits: list[tuple[int, str]] = []
-    pos = text.find("{")
-    while pos != -1:
-        try:
-            obj, end = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            pos = text.find("{", pos + 1)
-            continue
+    for pos, _end, obj in iter_json_objects(text):
         stack = [obj]
         while stack:
             o = stack.pop()
@@ -151,7 +143,6 @@ def _json_hits(text: str, letters: str) -> list[tuple[int, str]]:
                 stack += [v for v in o.values() if isinstance(v, (dict, list))]
             elif isinstance(o, list):
                 stack += [v for v in o if isinstance(v, (dict, list))]
-        pos = text.find("{", end)
     return hits
 
 

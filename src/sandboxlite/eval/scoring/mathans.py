@@ -348,12 +348,9 @@ _TOOL_TAG_RE = re.compile(r"<tool_call>.*?(?:</tool_call>|\Z)", re.DOTALL)
 _JSON_DECODER = json.JSONDecoder()
 
 
-def strip_tool_calls(text: str) -> str:
-    """``text`` without the tool calls written in it (``<tool_call>`` blocks, JSON objects with a
-    "name" and "arguments" or "parameters"): a call's arguments are never an answer (a
-    ``"timeout": 120`` once scored against the gold 120)."""
-    text = _TOOL_TAG_RE.sub(" ", text)
-    out, pos = [], 0
+def iter_json_objects(text: str) -> Iterator[tuple[int, int, Any]]:
+    """``(start, end, value)`` of every JSON value that starts with ``{`` in ``text``, left to right
+    (one that does not parse is skipped; the search goes on after each value found)."""
     start = text.find("{")
     while start != -1:
         try:
@@ -361,10 +358,20 @@ def strip_tool_calls(text: str) -> str:
         except json.JSONDecodeError:
             start = text.find("{", start + 1)
             continue
+        yield start, end, obj
+        start = text.find("{", end)
+
+
+def strip_tool_calls(text: str) -> str:
+    """``text`` without the tool calls written in it (``<tool_call>`` blocks, JSON objects with a
+    "name" and "arguments" or "parameters"): a call's arguments are never an answer (a
+    ``"timeout": 120`` once scored against the gold 120)."""
+    text = _TOOL_TAG_RE.sub(" ", text)
+    out, pos = [], 0
+    for start, end, obj in iter_json_objects(text):
         if isinstance(obj, dict) and "name" in obj and ("arguments" in obj or "parameters" in obj):
             out.append(text[pos:start] + " ")
             pos = end
-        start = text.find("{", end)
     return "".join(out) + text[pos:]
 
 
