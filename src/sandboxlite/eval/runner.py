@@ -89,12 +89,6 @@ class EvalConfig:
                 raise ConfigError("mode", f"expected one of {', '.join(MODES)} (or both), got {m!r}")
         if self.scoring not in SCORINGS:
             raise ConfigError("scoring", f"expected one of {', '.join(SCORINGS)}, got {self.scoring!r}")
-        if self.scoring == "paper":
-            try:
-                from .scoring import paper  # noqa: F401
-            except ImportError:
-                raise ConfigError("scoring", "the paper's reward rules are not part of this version yet",
-                                  hint="use --scoring strict (the default)") from None  # fmt: skip
         for name, value in (("repeats", self.repeats), ("workers", self.workers), ("max_steps", self.max_steps)):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(name, f"expected a positive integer, got {value!r}")
@@ -293,6 +287,10 @@ class Evaluator:
                     hint=f"sandboxlite data pull {' '.join(self.skipped_domains)}   (or --data-dir DIR)")  # fmt: skip
             raise ConfigError("ids", f"no item of {', '.join(getattr(d, 'name', d) for d in cfg.domains)} matches "
                               f"{cfg.ids} (ids look like those in results.jsonl, e.g. aime25-03)")  # fmt: skip
+        if cfg.scoring == "paper":
+            from .scoring.paper import check_paper_scoring
+
+            check_paper_scoring(list(self.items_by_domain), has_judge=self.judge is not None)
         settings, fp, data = self._settings()
         self.fingerprint = fp
         if cfg.out_dir is None:

@@ -39,7 +39,7 @@ _TOKEN = r"""(?:
   | \\text(?:bf|rm)?\{\(?(?P<text>[A-Za-z])\)?\}
   | (?P<bare>[A-Za-z])
 )"""
-_AFTER_BARE = re.compile(r"(?P<space>\s*)(?P<next>[A-Za-z]*)")
+_AFTER_BARE = re.compile(r"(?P<space>[ \t]*)(?P<next>[A-Za-z]*)")  # a word on the same line
 _CONNECTIVES = {"because", "since", "as", "which", "given", "due", "hence", "therefore"}
 
 _EXPLICIT_RE = re.compile(

@@ -116,6 +116,29 @@ def last_boxed(text: str) -> str | None:
     return boxes[-1] if boxes else None
 
 
+def open_final_box(text: str) -> str | None:
+    """What follows a last ``\\boxed{`` that never closes (a reply cut in its final answer), when
+    no complete box comes after it; else None."""
+    text = text or ""
+    openers = [m for m in _BOX_CMD_RE.finditer(text) if text[m.end() : m.end() + 1] == "{"]
+    if not openers or _matching_brace(text, openers[-1].end()) is not None:
+        return None
+    content = text[openers[-1].end() + 1 :].strip()
+    return content or None
+
+
+_TEXT_WRAP_RE = re.compile(r"\\(?:text|mathrm|textrm|mbox|rm)\{")
+
+
+def unwrap_text(answer: str) -> str:
+    """``\\text{\\frac{1}{2}}`` -> ``\\frac{1}{2}``: a text wrapper around the whole answer removed."""
+    s = answer.strip()
+    m = _TEXT_WRAP_RE.match(s)
+    if m and _matching_brace(s, m.end() - 1) == len(s) - 1:
+        return s[m.end() : -1].strip()
+    return s
+
+
 # --------------------------------------------------------------------------------------
 # bounded execution
 # --------------------------------------------------------------------------------------
@@ -307,7 +330,7 @@ def math_equal(pred: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, un
 def _math_equal(pred: str, gold: str, timeout_s: float, units: bool) -> bool:
     if pred is None or gold is None:
         return False
-    pred, gold = str(pred), str(gold)
+    pred, gold = unwrap_text(str(pred)), unwrap_text(str(gold))
     p, g = normalize_latex(pred), normalize_latex(gold)
     if not p or not g:
         return False
@@ -323,20 +346,38 @@ def _math_equal(pred: str, gold: str, timeout_s: float, units: bool) -> bool:
 # --------------------------------------------------------------------------------------
 # scoring
 # --------------------------------------------------------------------------------------
+def _is_expression(text: str) -> bool:
+    """One short line with no word of three letters or more outside LaTeX commands."""
+    return 0 < len(text) <= 200 and "\n" not in text and not _WORD_RE.search(_LATEX_CMD_RE.sub("", text))
+
+
+_WORD_RE = re.compile(r"[A-Za-z]{3,}")
+_LATEX_CMD_RE = re.compile(r"\\[A-Za-z]+")
+
+
 def score_math(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Score:
     """1.0 when the response's final answer equals ``gold``, else 0.0.
 
-    The final answer is the last box; ``extracted`` holds it (None without a box).  Without a
-    box, math-verify's own extraction of the response (its "final answer is" anchors, then the
-    last expression) is compared instead, and recorded in ``details["fallback"]``.
+    The final answer is the last box, or a last box left open (a reply cut in it: what follows
+    its brace); ``extracted`` holds it.  A response that is one short expression and nothing
+    else ("2\\sqrt{2}") is the answer itself.  Otherwise math-verify's own extraction of the
+    response (its "final answer is" anchors, then the last expression) is compared instead, and
+    recorded in ``details["fallback"]``.
     """
     gold = "" if gold is None else str(gold)  # AIME answers may arrive as ints
     gold_answer = (last_boxed(gold) if "\\boxed" in gold else gold) or ""
     gold_answer = gold_answer.strip()
-    boxed = last_boxed(response or "")
+    response = response or ""
+    cut = open_final_box(response)
+    boxed = cut if cut is not None else last_boxed(response)
     if boxed is not None:
         correct = math_equal(boxed, gold_answer, timeout_s=timeout_s)
-        return Score(float(correct), extracted=boxed, details={"gold": gold_answer, "method": "boxed"})
+        method = "open_box" if cut is not None else "boxed"
+        return Score(float(correct), extracted=boxed, details={"gold": gold_answer, "method": method})
+    bare = response.strip()
+    if _is_expression(bare):  # the whole response is one expression ("2\\sqrt{2}"): compared as an answer
+        correct = math_equal(bare, gold_answer, timeout_s=timeout_s)
+        return Score(float(correct), extracted=bare, details={"gold": gold_answer, "method": "bare"})
     correct, found, error = _fallback_compare(response or "", gold_answer, timeout_s)
     details: dict[str, Any] = {"gold": gold_answer, "method": "math_verify_fallback", "fallback": found}
     if error:
