@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -330,7 +331,6 @@ def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, samplin
     request, before any task); 4 some tasks errored or some domain had no data (run the same
     command again to retry them); 130 interrupted (finished tasks are kept).
     """
-    from pathlib import Path
 
     from .agent.profiles import resolve_model
     from .eval import EvalConfig, domains as known_domains, load_domain_module, load_tasks_file, run_eval
@@ -598,6 +598,55 @@ def rootfs_rm(name) -> None:
     from .rootfs import manage
 
     manage.remove(name)
+
+
+@main.group()
+def data() -> None:
+    """Eval data: pull each domain's files from the Hugging Face hub, list what is here."""
+
+
+def _data_dir_option(f):
+    return click.option("--dir", "data_dir", type=click.Path(file_okay=False), default=None,
+                        help="The data directory (default: $SANDBOXLITE_EVAL_DATA, else ~/.cache/sandboxlite/eval-data; "
+                        "eval reads the same one).")(f)  # fmt: skip
+
+
+@data.command("pull")
+@click.argument("domains", nargs=-1)
+@_data_dir_option
+@click.option("--accept-changed", is_flag=True, help="Install files whose checksum differs from the pinned one.")
+@click.option("--force", is_flag=True, help="Fetch again although the files are present and verified.")
+@_errors_to_exit_codes
+def data_pull(domains, data_dir, accept_changed, force) -> None:
+    """Download DOMAINS (default: every one with a hub source) through huggingface_hub (HF_ENDPOINT and
+    HF_TOKEN honoured), verify each file's SHA-256, install them. Exit 1 when a domain failed."""
+    from .eval.data import default_data_dir, pull
+
+    target = Path(data_dir) if data_dir else default_data_dir(os.environ)
+    click.echo(f"data directory: {target}", err=True)
+    results = pull(_domain_names(",".join(domains)) if domains else [], target, environ=os.environ,
+                   accept_changed=accept_changed, force=force, progress=lambda m: click.echo(f"  {m}", err=True))  # fmt: skip
+    for r in results:
+        click.echo(f"{r.domain:13} {'ok ' if r.ok else 'FAILED'} {r.message}")
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@data.command("list")
+@_data_dir_option
+@_errors_to_exit_codes
+def data_list(data_dir) -> None:
+    """What each domain has in the data directory: files verified against the pins, items eval reads."""
+    from .eval.data import default_data_dir, status
+
+    target = Path(data_dir) if data_dir else default_data_dir(os.environ)
+    click.echo(f"data directory: {target}")
+    for st in status(target):
+        files = f"{st.verified}/{st.files} verified" if st.files else "no pins"
+        items = f"{st.items} items" if st.items is not None else "missing"
+        click.echo(f"{st.domain:13} {items:12} {files:14} {st.source}")
+        if st.problem:
+            click.echo(f"{'':13} {st.problem}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,6 +21,7 @@
     ├── TaskError(SandboxError, ValueError)          a task (task.json) is invalid: names the key
     ├── ModelError(SandboxError)                     the model endpoint failed (after retries)
     │   └── ContextOverflow(ModelError)              the conversation no longer fits the context
+    ├── DataError(SandboxError)                      eval data could not be fetched, or failed its checksum
     └── AgentError(SandboxError)                     how an agent run is steered (mini-swe-agent style)
         ├── FormatError(AgentError)                  malformed model output: goes back to the model
         ├── ToolError(AgentError)                    a tool call failed: goes back to the model
@@ -157,6 +158,10 @@ class ModelError(SandboxError):
 
 class ContextOverflow(ModelError):
     """The conversation no longer fits in the model's context window."""
+
+
+class DataError(SandboxError):
+    """Eval data could not be fetched from its source, or does not match its pinned checksum."""
 
 
 class AgentError(SandboxError):
