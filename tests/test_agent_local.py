@@ -99,7 +99,6 @@ def test_the_finish_reason_is_the_models_own(smol):
 
 @pytest.mark.parametrize("text, name, args", [
     ('<tool_call>{"name": "submit"}</tool_call>', "submit", {}),  # no "arguments"
-    ('{"name": "submit"}', "submit", {}),  # bare, no "arguments"
     ('```json\n{"name": "execute_bash", "arguments": {"command": "ls"}}\n```', "execute_bash", {"command": "ls"}),
     ('{"name": "execute_bash", "arguments": "{\\"command\\": \\"ls\\"}"}', "execute_bash", {"command": "ls"}),
 ])  # fmt: skip
@@ -108,6 +107,16 @@ def test_small_model_call_shapes(text, name, args):
 
     (call,) = parse_text_tool_calls(text, {"execute_bash", "str_replace_editor", "submit"})
     assert call.name == name and json.loads(call.arguments) == args
+
+
+@pytest.mark.parametrize("text", [
+    '{"name": "submit"}',  # a bare name is what a model copies from a description or a result header
+    'The tool result said {"name": "execute_bash"} and the files are listed.',
+])  # fmt: skip
+def test_a_bare_object_without_arguments_is_no_call(text):
+    from sandboxlite.agent.model import parse_text_tool_calls
+
+    assert parse_text_tool_calls(text, {"execute_bash", "str_replace_editor", "submit"}) == []
 
 
 def test_several_bare_objects_are_several_calls():

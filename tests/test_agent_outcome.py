@@ -103,7 +103,7 @@ def test_start_and_step_drive_the_loop_one_turn_at_a_time(sb):
     tools = Tools(sb)
     try:
         model = FakeModel([bash("echo 42"), "no call here", submit()] + [bash("true")] * 3)
-        agent = Agent(model, tools, AgentLimits(max_steps=3))
+        agent = Agent(model, tools, AgentLimits(max_steps=3), remind_submit=False)  # (no answer file here)
         with pytest.raises(RuntimeError, match="start"):
             agent.step()
         assert agent.start("sys", "inst") == [{"role": "system", "content": "sys"}, {"role": "user", "content": "inst"}]
@@ -133,7 +133,11 @@ def test_start_and_step_drive_the_loop_one_turn_at_a_time(sb):
         s = agent.step()
         assert s.done and s.reason is E.WALL_TIME and s.step is None and idle.calls == []
         # run() is start() + step() until done
-        assert Agent(FakeModel([submit()]), tools).run("sys", "inst") == Outcome(E.SUBMITTED, "the model called submit")
+        assert Agent(FakeModel([submit()]), tools, remind_submit=False).run("sys", "inst") == \
+            Outcome(E.SUBMITTED, "the model called submit")  # fmt: skip
+        reminded = Agent(FakeModel([submit(), submit()]), tools)  # without an answer file: sent back once
+        assert reminded.run("sys", "inst") == Outcome(E.SUBMITTED, "the model called submit")
+        assert len(reminded.steps) == 2 and reminded.steps[0].observations[0]["data"]["reminder"] == "no_answer_file"
         out = Agent(FakeModel([]), tools).run("sys", "inst")
         assert out.reason is E.MODEL_ERROR and out.detail == "fake model script exhausted"
         assert isinstance(out.error, ModelError)

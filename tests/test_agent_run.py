@@ -188,7 +188,8 @@ def test_context_overflow_clips_old_outputs_then_gives_up(tmp_path):
             raise ContextOverflow("maximum context length exceeded")
         return submit()
 
-    script = [bash("head -c 9000 /dev/zero | tr '\\\\0' x"), bash("true"), bash("true"), bash("true"), overflow_once,
+    script = [bash("head -c 9000 /dev/zero | tr '\\\\0' x"), bash("echo 42 > /testbed/output/answer.txt"), bash("true"),
+              bash("true"), overflow_once,
               overflow_once]  # the script advances on every call: once failing, once after the clip
     r = run_task(SUM, FakeModel(script), output_dir=tmp_path / "a")
     assert r.submitted and seen[0] > 9000 and seen[1] < 3000  # the big output was clipped, then it went on
@@ -209,3 +210,33 @@ def test_a_malformed_call_stays_in_the_history_with_the_correction(tmp_path):
     i = next(k for k, m in enumerate(msgs) if m["role"] == "assistant")
     assert bad in (msgs[i]["content"] or "")  # the model sees what it wrote ...
     assert msgs[i + 1]["role"] == "user" and "could not be parsed" in msgs[i + 1]["content"]  # ... and why
+
+
+# -- issue 19, fault 1: a copied tool result ended the run as "submitted" with no answer -------------
+KNOWN = {"execute_bash", "str_replace_editor", "submit"}
+
+
+def test_a_text_tool_result_holds_nothing_a_model_can_echo_as_a_call(tmp_path):
+    from sandboxlite.agent.model import parse_text_tool_calls
+
+    text_call = '<tool_call>{"name": "execute_bash", "arguments": {"command": "ls /testbed/input"}}</tool_call>'
+    r = run_task(SUM, FakeModel([text_call]), output_dir=tmp_path, limits=AgentLimits(max_steps=1))
+    results = [m["content"] for m in traj(r)["messages"] if m["role"] == "user" and "<tool_response>" in m["content"]]
+    assert len(results) == 1 and "n.txt" in results[0]
+    assert parse_text_tool_calls(results[0], KNOWN) == []  # echoed back, it is no call
+    assert parse_text_tool_calls(results[0].replace("<tool_response>", "").replace("</tool_response>", ""), KNOWN) == []
+
+
+def test_a_submit_without_an_answer_file_gets_one_reminder(tmp_path):
+    model = FakeModel([submit(), bash("echo 42 > /testbed/output/answer.txt"), submit()])
+    r = run_task(SUM, model, output_dir=tmp_path)
+    assert r.submitted and r.answer == "42\n" and r.steps == 3
+    first = traj(r)["steps"][0]["observations"][0]
+    assert first["output"].startswith("Not submitted: /testbed/output/answer.txt does not exist")
+    assert first["data"] == {"answer_file": False, "reminder": "no_answer_file"}
+
+
+def test_a_second_submit_without_an_answer_ends_the_run_with_none(tmp_path):
+    r = run_task(SUM, FakeModel([submit(), submit(), bash("true")]), output_dir=tmp_path)
+    assert r.submitted and r.answer is None and r.steps == 2
+    assert traj(r)["steps"][1]["observations"][0]["data"] == {"answer_file": False}

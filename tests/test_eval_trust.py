@@ -102,8 +102,8 @@ def test_answer_file_wins_and_the_summary_has_the_rates(tmp_path: Path) -> None:
 def test_both_modes_send_the_same_sampling_and_record_it(tmp_path: Path) -> None:
     d = _domain("parity", [("q", "42")])
     script = [FakeOpenAIServer.text_reply("OK"),  # the preflight
-              FakeOpenAIServer.tool_call_reply("str_replace_editor", {"command": "create", "path": "/tmp/x",
-                                                                       "file_text": "1"}),
+              FakeOpenAIServer.tool_call_reply("str_replace_editor", {"command": "create", "path":
+                                                                       "/testbed/output/answer.txt", "file_text": "1"}),
               FakeOpenAIServer.tool_call_reply("submit", {}),
               FakeOpenAIServer.text_reply("The answer is \\boxed{42}", finish_reason="length")]  # fmt: skip
     with FakeOpenAIServer(script) as srv:

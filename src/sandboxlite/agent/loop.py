@@ -10,7 +10,6 @@ errors in a row, then the run ends with that reason).  Callers never catch them:
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,13 @@ def no_tool_call(answer_file: str) -> str:
 
 
 NO_TOOL_CALL = no_tool_call(DEFAULT_PATHS.answer_file)  # the message with the default workdir
+
+
+def no_answer_file(answer_file: str) -> str:
+    """What the model is told when it calls submit before writing ``answer_file`` (once per run)."""
+    return (f"Not submitted: {answer_file} does not exist or is empty, so there is no answer to grade. Write "
+            f"your final answer to {answer_file} first (str_replace_editor with command \"create\", or "
+            "execute_bash), then call submit again. A second submit without it ends the task with no answer.")  # fmt: skip
 
 
 @dataclass
@@ -53,7 +59,8 @@ class Step:
 
 
 class Agent:
-    """One model working with ``tools`` under ``limits``; ``on_step(agent, step)`` after every turn.
+    """One model working with ``tools`` under ``limits``; ``on_step(agent, step)`` after every turn;
+    ``remind_submit``: the first submit without an answer file is sent back once (see ``step``).
 
     Drive it with ``run(system, instance) -> Outcome``, or one turn at a time::
 
@@ -73,14 +80,17 @@ class Agent:
         limits: AgentLimits | None = None,
         *,
         on_step: Callable[["Agent", Step], None] | None = None,
+        remind_submit: bool = True,
     ) -> None:
         self.model, self.tools = model, tools
+        self.remind_submit = remind_submit  # False: every submit ends the run (an RL env's contract)
         self.limits = limits or AgentLimits()
         self.on_step = on_step
         self.messages: list[dict[str, Any]] = []
         self.steps: list[Step] = []
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         self.format_errors = 0
+        self.submit_reminded = False  # the first submit without an answer file was sent back
         self.started = 0.0
         self.outcome: Outcome | None = None
 
@@ -96,7 +106,7 @@ class Agent:
         """Begin a run: the conversation becomes [system, user]; steps, usage, the count of
         format errors and the wall clock start afresh.  Returns ``messages``."""
         self.messages = [{"role": "system", "content": system}, {"role": "user", "content": instance}]
-        self.steps, self.format_errors, self.outcome = [], 0, None
+        self.steps, self.format_errors, self.outcome, self.submit_reminded = [], 0, None, False
         self.usage = dict.fromkeys(self.usage, 0)
         self.started = time.monotonic()
         return self.messages
@@ -107,7 +117,9 @@ class Agent:
 
         The run ends (``done``, ``outcome`` set) when:
 
-        - the reply called submit: SUBMITTED (also on the turn that reaches a limit);
+        - the reply called submit: SUBMITTED (also on the turn that reaches a limit); the first
+          submit while the answer file is missing or blank is sent back with a reminder of where
+          the answer goes instead (``observations[i]["data"]["reminder"]``), a second one ends it;
         - a limit is reached, checked before the turn (then no turn is taken: wall time may have
           run out between calls) and after it, so the turn that takes the ``max_steps``-th step
           or uses up the token or time budget reports it at once: MAX_STEPS, TOKEN_BUDGET,
@@ -180,7 +192,13 @@ class Agent:
             try:
                 result = self.tools.call(call.name, call.arguments)
                 text, data = result.output, dict(result.data)
-                submitted = submitted or result.submitted
+                if (result.submitted and self.remind_submit and data.get("answer_file") is False
+                        and not self.submit_reminded):  # fmt: skip
+                    self.submit_reminded = True
+                    answer_file = getattr(self.tools, "paths", DEFAULT_PATHS).answer_file
+                    text, data = no_answer_file(answer_file), {**data, "reminder": "no_answer_file"}
+                else:
+                    submitted = submitted or result.submitted
             except ToolError as e:
                 text, data = f"Error: {e.message}", {"error": e.message}
             self._observe(call, text, reply.native, step, data)
@@ -209,7 +227,8 @@ class Agent:
         if native:
             msg = {"role": "tool", "tool_call_id": call.id, "content": text}
         else:  # the model wrote its call as text: answer in kind
-            msg = {"role": "user", "content": f"<tool_response>\n{json.dumps({'name': call.name})}\n{text}\n</tool_response>"}
+            # (no header such as {"name": ...}: a model that echoes it would be read as calling the tool)
+            msg = {"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"}
         self.messages.append(msg)
         step.observations.append({"tool": call.name, "call_id": call.id, "arguments": call.arguments,
                                   "output": text, "data": data})  # fmt: skip

@@ -168,9 +168,9 @@ def _from_bare(text: str, known_tools: set[str] | None) -> list[dict]:
         except json.JSONDecodeError:
             pos = m.start() + 1
             continue
-        # with known tools, a bare {"name": "<a known tool>"} counts even without "arguments"
-        # (small models often leave them out for submit)
-        found = _keep_known(_specs(obj, require_args=known_tools is None), known_tools)
+        # a bare object needs "arguments": {"name": "submit"} alone is what a model copies from a
+        # tool description or an earlier result, not a call (inside <tool_call> tags it is one)
+        found = _keep_known(_specs(obj), known_tools)
         specs += found
         pos = end if found else m.start() + 1
     return specs

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..errors import ConfigError, SandboxFileError, ToolError
+from ..errors import ConfigError, SandboxError, SandboxFileError, ToolError
 from .paths import DEFAULT_PATHS, Paths
 
 if TYPE_CHECKING:
@@ -326,8 +326,16 @@ class Tools:
 
     # -- submit ---------------------------------------------------------------------------
     def submit(self) -> ToolResult:
-        """The model is done; the loop decides what happens next."""
-        return ToolResult(output="submitted", submitted=True, data={})
+        """The model is done; the loop decides what happens next (``data["answer_file"]``: whether
+        the answer file holds anything)."""
+        return ToolResult(output="submitted", submitted=True, data={"answer_file": self.answer_written()})
+
+    def answer_written(self) -> bool:
+        """Whether the answer file exists and holds more than whitespace."""
+        try:
+            return bool(self.sandbox.read_file(self.paths.answer_file, length=4096).strip())
+        except SandboxError:
+            return False
 
     # -- execute_bash -----------------------------------------------------------------------
     def _get_shell(self) -> "Shell":

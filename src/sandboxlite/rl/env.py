@@ -342,7 +342,7 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
             raise
         feed = _Feed()
         tools = Tools(sb, paths=paths, **self.tool_options)
-        agent = Agent(feed, tools, limits)
+        agent = Agent(feed, tools, limits, remind_submit=False)  # an action's submit always terminates
         obs = [dict(m) for m in agent.start(system, instance)]
         self._episodes += 1
         self._episode = _Episode(task, agent, tools, feed, limits, self._episodes)
