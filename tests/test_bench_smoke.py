@@ -32,3 +32,22 @@ def test_bench_core_quick(tmp_path):
     assert any(x["baseline"] == "raw_bwrap" and x["ratio"] for x in data["ratios"])
     assert data["leak_check"]["problems"] == [] and data["leak_check"]["checked"] > 0
     assert "cold_true" in r.stdout and "overhead over raw bwrap" in r.stdout
+
+
+def test_bench_demo_runs_counts_answered_and_right(tmp_path):
+    """bench/demo_runs.py with the scripted model (it writes \\boxed{0}): answered, and right only
+    where the ground truth is that answer."""
+    task = json.loads((ROOT / "examples" / "demo_004.json").read_text())
+    task.update(id="zero", metadata={**task["metadata"], "ground_truth": "\\boxed{0}"})
+    (tmp_path / "zero.json").write_text(json.dumps(task))
+    out = tmp_path / "demo.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "demo_runs.py"), "--model", "scripted", "--runs", "2",
+                        "--tasks", str(ROOT / "examples" / "demo_004.json"), str(tmp_path / "zero.json"),
+                        "--json", str(out)], capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["schema"] == "sandboxlite.bench.demo/1" and data["runs_per_task"] == 2
+    rows = {t["task"]: t for t in data["tasks"]}
+    assert rows["demo_004"]["answered"] == 1.0 and rows["demo_004"]["right"] == 0.0  # 0 is not 42
+    assert rows["zero"]["answered"] == rows["zero"]["right"] == 1.0
+    assert "demo_004" in r.stdout and "answered" in r.stdout

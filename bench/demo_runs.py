@@ -1,0 +1,104 @@
+"""What the first run shows: N runs of each demo task with a model, the share that answered and
+the share that were right.
+
+    .venv/bin/python bench/demo_runs.py                       # the embedded model, 10 runs of demo_001..004
+    .venv/bin/python bench/demo_runs.py --model local:/path/model.gguf --runs 5
+    .venv/bin/python bench/demo_runs.py --tasks examples/demo_004.json --runs 3 --json /tmp/d.json
+
+Each run is ``run_task`` as ``sandboxlite run`` makes it (for a local model: replies capped at
+512 tokens), in a fresh output folder.  **answered**: the run left a non-blank answer file;
+**right**: that answer equals the task's ``metadata.ground_truth`` (case, spaces and a final
+period ignored, the rule of the custom tasks' ``exact`` scoring); **submitted**: the model called
+submit.  Steps and wall time are medians over the runs.  The local model keeps its sampling
+state between runs (one model, loaded once), so runs differ as consecutive samples do.
+
+Prints a table and writes JSON (schema ``sandboxlite.bench.demo/1``) to
+bench/results/latest-demo.json (``--json PATH`` to write elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TASKS = [ROOT / "examples" / f"demo_00{i}.json" for i in range(1, 5)]
+LOCAL_MAX_TOKENS = 512  # as `sandboxlite run` (cli.RUN_LOCAL_MAX_TOKENS)
+
+
+def _revision() -> str:
+    """The commit of the sandboxlite that is imported (with PYTHONPATH, maybe another checkout's)."""
+    import sandboxlite
+
+    try:
+        where = Path(sandboxlite.__file__).resolve().parent
+        return subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="local")
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--tasks", nargs="+", type=Path, default=DEFAULT_TASKS)
+    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest-demo.json")
+    args = ap.parse_args(argv)
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+
+    from sandboxlite.agent.profiles import resolve_model
+    from sandboxlite.agent.run import run_task
+    from sandboxlite.agent.task import Task
+    from sandboxlite.eval.custom import score_row
+
+    local = args.model == "local" or args.model.startswith("local:")
+    model = resolve_model(args.model, max_tokens=LOCAL_MAX_TOKENS if local else None)
+    rows, runs = [], []
+    with tempfile.TemporaryDirectory(prefix="demo-runs-") as tmp:
+        for path in args.tasks:
+            task = Task.load(path)
+            gold = str(task.metadata.get("ground_truth", ""))
+            per = []
+            for k in range(args.runs):
+                t0 = time.monotonic()
+                r = run_task(task, model, output_dir=Path(tmp) / f"{task.id}-{k}")
+                wall = time.monotonic() - t0
+                answer = (r.answer or "").strip()
+                right = bool(answer) and score_row(answer, {"scoring": "exact", "answer": gold}).value == 1.0
+                per.append({"task": task.id, "run": k, "answered": bool(answer), "right": right,
+                            "submitted": r.submitted, "steps": r.steps, "wall_s": round(wall, 2),
+                            "exit_reason": r.exit_reason, "answer": answer[:200]})  # fmt: skip
+                print(f"  {task.id} run {k + 1}/{args.runs}: {r.exit_reason}, {r.steps} steps, {wall:.1f} s, "
+                      f"answer {answer[:40]!r}{' (right)' if right else ''}", file=sys.stderr, flush=True)  # fmt: skip
+            runs += per
+            rows.append({"task": task.id, "runs": len(per),
+                         "answered": sum(p["answered"] for p in per) / len(per),
+                         "right": sum(p["right"] for p in per) / len(per),
+                         "submitted": sum(p["submitted"] for p in per) / len(per),
+                         "steps_median": statistics.median(p["steps"] for p in per),
+                         "wall_s_median": round(statistics.median(p["wall_s"] for p in per), 2)})  # fmt: skip
+    print(f"\nmodel {args.model}, {args.runs} runs per task, sandboxlite at {_revision()}")
+    print(f"{'task':10} {'runs':>4} {'answered':>9} {'right':>6} {'submitted':>10} {'steps':>6} {'wall s':>7}")
+    for r in rows:
+        print(f"{r['task']:10} {r['runs']:>4} {r['answered']:>8.0%} {r['right']:>6.0%} {r['submitted']:>9.0%} "
+              f"{r['steps_median']:>6g} {r['wall_s_median']:>7.1f}")  # fmt: skip
+    n = len(runs)
+    print(f"{'all':10} {n:>4} {sum(p['answered'] for p in runs) / n:>8.0%} {sum(p['right'] for p in runs) / n:>6.0%} "
+          f"{sum(p['submitted'] for p in runs) / n:>9.0%}")  # fmt: skip
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"schema": "sandboxlite.bench.demo/1", "model": args.model, "revision": _revision(),
+                                     "runs_per_task": args.runs, "tasks": rows, "runs": runs}, indent=1))  # fmt: skip
+    print(f"JSON: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
