@@ -57,7 +57,8 @@ class FakeHub:
                 msg = f"{error_code}: {self.path}".encode()
                 self.send_response(code)
                 self.send_header("X-Error-Code", error_code)
-                self.send_header("X-Repo-Commit", COMMIT) if code == 404 and error_code == "EntryNotFound" else None
+                if error_code == "EntryNotFound":  # the repository exists: the hub names its commit
+                    self.send_header("X-Repo-Commit", COMMIT)
                 self.send_header("Content-Length", str(len(msg)))
                 self.end_headers()
                 if self.command != "HEAD":

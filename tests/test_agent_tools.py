@@ -123,7 +123,7 @@ def test_null_arguments_count_as_absent(tools, d):
 def test_submit(tools):
     for args in ({}, "", "{}", None):
         r = tools.call("submit", args)
-        assert r == ToolResult(output="submitted", submitted=True, data={"answer_file": False})
+        assert r == ToolResult(output="submitted", submitted=True, data={})
     with pytest.raises(ToolError, match="unknown argument 'answer'"):
         tools.call("submit", {"answer": "42"})
 

@@ -192,11 +192,8 @@ class Agent:
             try:
                 result = self.tools.call(call.name, call.arguments)
                 text, data = result.output, dict(result.data)
-                if (result.submitted and self.remind_submit and data.get("answer_file") is False
-                        and not self.submit_reminded):  # fmt: skip
-                    self.submit_reminded = True
-                    answer_file = getattr(self.tools, "paths", DEFAULT_PATHS).answer_file
-                    text, data = no_answer_file(answer_file), {**data, "reminder": "no_answer_file"}
+                if result.submitted and self._send_back_submit(data):
+                    text = no_answer_file(getattr(self.tools, "paths", DEFAULT_PATHS).answer_file)
                 else:
                     submitted = submitted or result.submitted
             except ToolError as e:
@@ -209,6 +206,18 @@ class Agent:
             raise Submitted("the model called submit")
 
     # -- helpers -----------------------------------------------------------------------
+    def _send_back_submit(self, data: dict[str, Any]) -> bool:
+        """With ``remind_submit``: record in ``data`` whether the answer file holds anything, and
+        whether this submit is the first without one (then it is sent back, once per run)."""
+        if not self.remind_submit or not hasattr(self.tools, "answer_written"):
+            return False
+        data["answer_file"] = self.tools.answer_written()
+        if data["answer_file"] or self.submit_reminded:
+            return False
+        data["reminder"] = "no_answer_file"
+        self.submit_reminded = True
+        return True
+
     def _shrink_history(self, keep_recent: int = 4, keep_chars: int = 2000) -> bool:
         """On context overflow: clip old tool outputs (head and tail kept), once per overflow.
         Returns whether anything got shorter."""

@@ -326,9 +326,8 @@ class Tools:
 
     # -- submit ---------------------------------------------------------------------------
     def submit(self) -> ToolResult:
-        """The model is done; the loop decides what happens next (``data["answer_file"]``: whether
-        the answer file holds anything)."""
-        return ToolResult(output="submitted", submitted=True, data={"answer_file": self.answer_written()})
+        """The model is done; the loop decides what happens next."""
+        return ToolResult(output="submitted", submitted=True, data={})
 
     def answer_written(self) -> bool:
         """Whether the answer file exists and holds more than whitespace."""

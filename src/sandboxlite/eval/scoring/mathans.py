@@ -346,13 +346,13 @@ def _math_equal(pred: str, gold: str, timeout_s: float, units: bool) -> bool:
 # --------------------------------------------------------------------------------------
 # scoring
 # --------------------------------------------------------------------------------------
+_WORD_RE = re.compile(r"[A-Za-z]{3,}")
+_LATEX_CMD_RE = re.compile(r"\\[A-Za-z]+")
+
+
 def _is_expression(text: str) -> bool:
     """One short line with no word of three letters or more outside LaTeX commands."""
     return 0 < len(text) <= 200 and "\n" not in text and not _WORD_RE.search(_LATEX_CMD_RE.sub("", text))
-
-
-_WORD_RE = re.compile(r"[A-Za-z]{3,}")
-_LATEX_CMD_RE = re.compile(r"\\[A-Za-z]+")
 
 
 def score_math(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Score:

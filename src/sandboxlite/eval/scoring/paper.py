@@ -136,13 +136,19 @@ def paper_choice(response: str, gold: str) -> Score:
 
 
 # -- instruct_pretrain's open-ended questions --------------------------------------------------
-def _rouge_l(reference: str, response: str) -> float:
+def _rouge_scorer() -> Any:
+    """rouge-score's ``rouge_scorer`` module; ConfigError when it is not installed."""
     try:
         from rouge_score import rouge_scorer
     except ImportError:
         raise ConfigError("scoring", "the paper's open-ended rule (qed) needs rouge-score, which is not installed",
                           hint="pip install 'sandboxlite[paper]'") from None  # fmt: skip
-    return float(rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True).score(reference, response)["rougeL"].fmeasure)
+    return rouge_scorer
+
+
+def _rouge_l(reference: str, response: str) -> float:
+    scorer = _rouge_scorer().RougeScorer(["rougeL"], use_stemmer=True)
+    return float(scorer.score(reference, response)["rougeL"].fmeasure)
 
 
 def paper_open_ended(response: str, golds: Sequence[str]) -> Score:
@@ -325,7 +331,7 @@ def paper_scorer(domain: str) -> Scorer | None:
 def check_paper_scoring(domains: Sequence[str], *, has_judge: bool) -> None:
     """Refuse, before any task runs, a paper-scored run that would need a judge it does not have."""
     if "qed" in domains:
-        _rouge_l("a", "a")  # rouge-score installed (ConfigError otherwise)
+        _rouge_scorer()
     judged = [d for d in domains if d in JUDGED_DOMAINS]
     if judged and not has_judge:
         raise ConfigError("scoring", f"--scoring paper grades {', '.join(judged)} with an LLM judge (the paper's "
