@@ -139,7 +139,8 @@ def test_openai_client_end_to_end_with_a_server_error(tmp_path):
 def test_cli_run_exit_codes(tmp_path):
     task = EXAMPLES / "demo_004.json"
     runner = CliRunner()
-    with S([S.tool_call_reply("execute_bash", {"command": "echo $((17+25)) > /testbed/output/answer.txt"}),
+    with S([S.text_reply("OK"),  # the preflight's answer
+            S.tool_call_reply("execute_bash", {"command": "echo $((17+25)) > /testbed/output/answer.txt"}),
             S.tool_call_reply("submit", {})]) as srv:  # fmt: skip
         r = runner.invoke(main, ["run", str(task), "--model", "m", "--base-url", srv.base_url, "--api-key", "k",
                                  "--output-dir", str(tmp_path / "ok"), "--quiet"])  # fmt: skip

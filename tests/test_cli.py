@@ -64,7 +64,7 @@ def test_doctor_reports_each_check():
 def test_run_exit_code_follows_how_the_run_ended(tmp_path):
     """A model error is exit code 3 (the run's reason, not the text, decides), a limit is 1."""
     S = FakeOpenAIServer
-    with S([S.error(401, "bad key")]) as srv:
+    with S([S.text_reply("OK"), S.error(401, "bad key")]) as srv:  # "OK": the preflight's answer
         r = run("run", str(DEMO), "--model", "m", "--base-url", srv.base_url, "--api-key", "k", "--mode", "vanilla",
                 "--output-dir", str(tmp_path / "err"))  # fmt: skip
     assert r.exit_code == EXIT_MODEL and "the run ended without an answer: model error: " in r.stderr

@@ -192,7 +192,8 @@ def test_cli_run_with_isolation_landlock(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SANDBOXLITE_ISOLATION", "namespaces")  # restored after: the CLI sets it for its process
     task = Path(__file__).resolve().parents[1] / "examples" / "demo_004.json"
-    with ScriptedServer([ScriptedServer.tool_call_reply("execute_bash", {"command": "pwd; ls input"}),
+    with ScriptedServer([ScriptedServer.text_reply("OK"),  # the preflight's answer
+                         ScriptedServer.tool_call_reply("execute_bash", {"command": "pwd; ls input"}),
                          ScriptedServer.tool_call_reply("execute_bash", {"command": "echo $((17+25)) > output/answer.txt"}),
                          ScriptedServer.tool_call_reply("submit", {})]) as srv:  # fmt: skip
         r = CliRunner().invoke(main, ["run", str(task), "--model", "m", "--base-url", srv.base_url, "--api-key", "k",

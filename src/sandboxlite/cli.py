@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -21,12 +22,14 @@ EXIT_SANDBOX = 125  # sandboxlite itself failed (like `docker run`)
 
 
 def _fail(e: SandboxError) -> None:
+    """The message, then the exit code: 2 bad input (ConfigError, TaskError; a bad endpoint setting
+    too, though it is also a ModelError), 3 the model endpoint failed, 125 anything else."""
     from .errors import ModelError
 
     click.echo(f"sandboxlite: {e}", err=True)
-    if isinstance(e, ModelError):
-        sys.exit(EXIT_MODEL)
-    sys.exit(EXIT_USAGE if isinstance(e, (ConfigError, TaskError)) else EXIT_SANDBOX)
+    if isinstance(e, (ConfigError, TaskError)):
+        sys.exit(EXIT_USAGE)
+    sys.exit(EXIT_MODEL if isinstance(e, ModelError) else EXIT_SANDBOX)
 
 
 def _errors_to_exit_codes(fn):
@@ -174,61 +177,183 @@ def exec_(rootfs, mounts, timeout, network, envs, workdir, memory_mb, isolation,
 RUN_LOCAL_MAX_TOKENS = 512  # `run` with an in-process model: a reply's default budget
 EXIT_NOT_SUBMITTED = 1  # the run ended without the model calling submit
 EXIT_MODEL = 3  # the model endpoint failed
+EXIT_SIGINT = 130  # 128 + SIGINT: Ctrl-C
+EXIT_SIGTERM = 143  # 128 + SIGTERM
+
+
+def _json_object(ctx, param, value):
+    """``--extra-body``: a JSON object or nothing."""
+    if value is None:
+        return None
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not valid JSON: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f'expected a JSON object such as \'{{"top_k": 20}}\', got {type(data).__name__}')
+    return data
+
+
+def _check_rootfs(spec: str, field: str) -> None:
+    """An image name or directory that does not exist is bad input: say which exist, and a command that works."""
+    from .rootfs import images_dir, resolve
+    from .rootfs.build import profile_names
+
+    if spec in ("auto", "host"):
+        return
+    if "/" in spec:
+        if not os.path.isdir(spec):
+            raise ConfigError(field, f"rootfs directory {os.path.abspath(spec)} does not exist",
+                              hint='give a folder holding a root filesystem, an image name, "auto" or "host"')  # fmt: skip
+        return
+    if (images_dir() / spec).exists():
+        resolve(spec)  # there but broken (incomplete, corrupt): its RootfsError says how to repair it
+        return
+    try:
+        built = sorted(d.name for d in images_dir().iterdir() if (d / "manifest.json").is_file())
+    except OSError:
+        built = []
+    profiles = profile_names()
+    have = f"built here: {', '.join(built)}" if built else "none is built here"
+    build = spec if spec in profiles else "lean"
+    raise ConfigError(field, f"no rootfs image named {spec!r} ({have}; the profiles to build: {', '.join(profiles)})",
+                      hint=f"sandboxlite rootfs build {build}   (or use \"auto\", \"host\", a folder, or import an "
+                      "image: sandboxlite rootfs import FILE)")  # fmt: skip
+
+
+def _prepare_output_dir(path: Path, overwrite: bool) -> None:
+    """A fresh or empty folder is used; a non-empty one is refused unless ``overwrite``, which empties
+    it first: what is in it only, never a symlink's target (a link in it is removed, not followed)."""
+    import shutil
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return  # run_task makes it
+    if stat.S_ISLNK(st.st_mode):
+        raise ConfigError("--output-dir", f"{path} is a symlink",
+                          hint=f"give the folder itself ({os.path.realpath(path)}) or another one")  # fmt: skip
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError("--output-dir", f"{path} exists and is not a folder", hint="choose another folder")
+    entries = list(os.scandir(path))
+    if not entries:
+        return
+    if not overwrite:
+        names = ", ".join(sorted(e.name for e in entries)[:5]) + (", ..." if len(entries) > 5 else "")
+        raise ConfigError("--output-dir", f"{path} is not empty ({names}): an earlier run's answer.txt and files/ "
+                          "would mix with this run's",
+                          hint="pass --overwrite to empty it first, or choose another folder")  # fmt: skip
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            shutil.rmtree(e.path)  # does not follow the symlinks inside (rmtree.avoids_symlink_attacks)
+        else:
+            os.unlink(e.path)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is: ``run_task``'s cleanup (trajectory, outputs) sees it as it
+    sees Ctrl-C (a KeyboardInterrupt, so nothing that handles Exception swallows it)."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
 
 
 @main.command()
-@click.argument("task_file", metavar="TASK.json", type=click.Path(dir_okay=False))
-@click.option("--model", "model_name", default=None, help="local (default), or a model on an OpenAI-compatible endpoint.")
+@click.argument("task_file", metavar="[TASK.json | -]", required=False,
+                type=click.Path(dir_okay=False, allow_dash=True))  # fmt: skip
+@click.option("--query", default=None, metavar="TEXT",
+              help='A one-off task instead of TASK.json: this query, id "query", the defaults of task.json.')  # fmt: skip
+@click.option("--model", "model_name", default=None,
+              help="local (the default: the embedded model), local:/path/model.gguf (any GGUF file), scripted (a "
+              "no-LLM dry run: looks around, writes an answer, submits), or NAME: a model on an OpenAI-compatible "
+              "endpoint (--base-url or $OPENAI_BASE_URL).")  # fmt: skip
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL).")
 @click.option("--api-key", default=None, help="API key (default: $OPENAI_API_KEY).")
-@click.option("--temperature", type=float, default=None)
-@click.option("--max-tokens", type=int, default=None,
+@click.option("--temperature", type=click.FloatRange(min=0), default=None)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None,
               help=f"Cap on the tokens of each model reply (default: {RUN_LOCAL_MAX_TOKENS} for local models, whose "
               "small ones can ramble to the end of the context; the endpoint's own for servers).")  # fmt: skip
-@click.option("--token-budget", type=int, default=None, help="Cap on all tokens of the run (prompt + completion).")
-@click.option("--extra-body", default=None, metavar="JSON", help="Extra request fields, e.g. '{\"top_k\": 20}'.")
-@click.option("--max-steps", type=int, default=None, help="Override the task's max_steps.")
+@click.option("--token-budget", type=click.IntRange(min=1), default=None,
+              help="Cap on all tokens of the run (prompt + completion).")  # fmt: skip
+@click.option("--extra-body", default=None, metavar="JSON", callback=_json_object,
+              help="Extra request fields, a JSON object, e.g. '{\"top_k\": 20}'.")  # fmt: skip
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Override the task's max_steps.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Wall time of the whole run (overrides the task's timeout_s; default 1800).")  # fmt: skip
+@click.option("--input-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="A host folder copied to the task's input_path (replaces the task's input_files / input_dir).")  # fmt: skip
+@click.option("--network", type=click.Choice(["none", "host"]), default=None,
+              help="Override the task's network (default none).")  # fmt: skip
+@click.option("--rootfs", default=None,
+              help='Override the task\'s rootfs: "auto" (the default), "host", an image name or a directory.')  # fmt: skip
 @click.option("--constrained", type=click.Choice(["retry", "always", "never"]), default=None,
               help="local models: grammar-constrained tool calls (default: retry a turn that did not parse).")
 @click.option("--output-dir", type=click.Path(file_okay=False), default=None,
-              help="Default: ./output/<timestamp>-<task id>/")  # fmt: skip
+              help="Default: ./output/<timestamp>-<task id>/ (a folder that is not empty is refused).")  # fmt: skip
+@click.option("--overwrite", is_flag=True, help="Empty a non-empty --output-dir first (only that folder).")
 @click.option("--prompt", "prompt_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="A prompt template file ([system] and [instance] sections).")  # fmt: skip
 @click.option("--mode", type=click.Choice(["sandbox", "vanilla"]), default="sandbox", show_default=True)
 @click.option("--quiet", is_flag=True, help="No step-by-step view.")
 @isolation_option
-def run(task_file, model_name, base_url, api_key, temperature, max_tokens, token_budget, extra_body, max_steps,
-        constrained, output_dir, prompt_file, mode, quiet, isolation) -> None:  # fmt: skip
-    """Let a model solve TASK.json inside a fresh sandbox; outputs land in --output-dir."""
+def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens, token_budget, extra_body, max_steps,
+        timeout_s, input_dir, network, rootfs, constrained, output_dir, overwrite, prompt_file, mode, quiet,
+        isolation) -> None:  # fmt: skip
+    """Let a model solve TASK.json (or a --query; "-" reads the task from stdin) inside a fresh sandbox;
+    outputs land in --output-dir.
+
+    Exit codes: 0 submitted (vanilla: answered); 1 the run ended without a submit (a limit); 2 bad
+    input (arguments, task, model name, rootfs, output folder); 3 the model endpoint failed; 125
+    sandboxlite itself failed; 130 Ctrl-C; 143 SIGTERM (both keep the trajectory and the outputs).
+    """
     from .agent.loop import AgentLimits
     from .agent.outcome import ExitReason
     from .agent.profiles import resolve_model
-    from .agent.run import run_task
+    from .agent.run import default_output_dir, run_task
     from .agent.task import Task
 
     _use_isolation(isolation)
+    old_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+    out = None
     try:
-        task = Task.load(task_file)
-        if prompt_file:
-            task = dataclasses.replace(task, prompt=prompt_file)
-        try:
-            extra = json.loads(extra_body) if extra_body else None
-        except json.JSONDecodeError as e:
-            raise ConfigError("--extra-body", f"not valid JSON: {e.msg}") from None
-        limits = AgentLimits(max_steps=max_steps or task.max_steps, max_wall_s=task.timeout_s,
-                             max_total_tokens=token_budget)  # fmt: skip
+        if (task_file is None) == (query is None):
+            raise click.UsageError("give a task file (TASK.json, or - for stdin) or --query TEXT" +
+                                   (", not both" if query is not None else ""))  # fmt: skip
+        task = Task.load(task_file) if task_file is not None else Task.one_off(query)
+        changes = {k: v for k, v in (("network", network), ("rootfs", rootfs), ("timeout_s", timeout_s),
+                                     ("prompt", prompt_file)) if v is not None}  # fmt: skip
+        if input_dir is not None:
+            changes.update(input_dir=os.path.abspath(input_dir), input_files={})
+        task = dataclasses.replace(task, **changes)
+        if mode == "sandbox":
+            _check_rootfs(task.rootfs, "--rootfs" if rootfs is not None else "rootfs (in the task)")
+        limits = AgentLimits(max_steps=max_steps if max_steps is not None else task.max_steps,
+                             max_wall_s=task.timeout_s, max_total_tokens=token_budget)  # fmt: skip
+        out = Path(output_dir) if output_dir is not None else default_output_dir(task)
+        _prepare_output_dir(out, overwrite)
         name = model_name or task.model or "local"
         if max_tokens is None and (name == "local" or name.startswith("local:")) and not (
                 base_url or os.environ.get("SANDBOXLITE_LOCAL_URL")):  # fmt: skip
             max_tokens = RUN_LOCAL_MAX_TOKENS
         model = resolve_model(name, base_url=base_url, api_key=api_key,
-                              temperature=temperature, max_tokens=max_tokens, extra_body=extra,
+                              temperature=temperature, max_tokens=max_tokens, extra_body=extra_body,
                               constrained=constrained)  # fmt: skip
+        if hasattr(model, "preflight"):  # a bad URL, key or model name fails here, before the sandbox starts
+            model.preflight()
         on_step = None if quiet else _print_step
-        result = run_task(task, model, output_dir=output_dir, mode=mode, limits=limits, on_step=on_step)
+        result = run_task(task, model, output_dir=out, mode=mode, limits=limits, on_step=on_step)
     except SandboxError as e:  # ModelError included: exit code 3
         _fail(e)
         return
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (_Terminated): what there is was kept
+        what, code = ("SIGTERM", EXIT_SIGTERM) if isinstance(e, _Terminated) else ("Ctrl-C", EXIT_SIGINT)
+        kept = f"; the trajectory and outputs so far are in {out}/" if out is not None and out.is_dir() else ""
+        click.echo(f"\nsandboxlite: interrupted ({what}){kept}", err=True)
+        sys.exit(code)
+    finally:
+        signal.signal(signal.SIGTERM, old_sigterm)
     answer = (result.answer or "").strip()
     click.echo(f"{result.exit_reason}: {result.steps} steps, {result.duration_s:.1f}s, "
                f"{result.usage.get('total_tokens', 0)} tokens -> {result.output_dir}", err=True)  # fmt: skip

@@ -20,7 +20,9 @@
     │   └── SandboxFileExists(.., FileExistsError)
     ├── TaskError(SandboxError, ValueError)          a task (task.json) is invalid: names the key
     ├── ModelError(SandboxError)                     the model endpoint failed (after retries)
-    │   └── ContextOverflow(ModelError)              the conversation no longer fits the context
+    │   ├── ContextOverflow(ModelError)              the conversation no longer fits the context
+    │   └── BadEndpoint(ConfigError, ModelError)     the endpoint's settings are invalid (a base URL
+    │                                                that is no URL): bad input, found before a request
     ├── DataError(SandboxError)                      eval data could not be fetched, or failed its checksum
     └── AgentError(SandboxError)                     how an agent run is steered (mini-swe-agent style)
         ├── FormatError(AgentError)                  malformed model output: goes back to the model
@@ -158,6 +160,11 @@ class ModelError(SandboxError):
 
 class ContextOverflow(ModelError):
     """The conversation no longer fits in the model's context window."""
+
+
+class BadEndpoint(ConfigError, ModelError):
+    """The model endpoint's settings are invalid (a base URL that is no http(s) URL): a ``ConfigError``
+    (bad input: the CLI's exit code 2), and a ``ModelError`` for callers that catch those."""
 
 
 class DataError(SandboxError):

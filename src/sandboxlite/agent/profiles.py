@@ -7,14 +7,22 @@
 - ``scripted``: a deterministic stand-in that needs no weights (see ``scripted.py``): it looks
   around, writes an answer and submits; for dry runs and for measuring sandbox overhead.
 - anything else: that model on an OpenAI-compatible endpoint, from ``--base-url`` / ``--api-key``
-  or ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` (vLLM, SGLang, llama.cpp, OpenAI, ...).
+  or ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` (vLLM, SGLang, llama.cpp, OpenAI, ...).  With no
+  endpoint given the name is refused (``ConfigError``), never sent to OpenAI's public endpoint by
+  default: a mistyped ``local:`` name would otherwise leave the machine (OpenAI itself:
+  ``--base-url https://api.openai.com/v1``).
+
+Bad names are ``ConfigError`` (the CLI's exit code 2): a ``local:PATH`` that is no file, a name
+with no endpoint.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
+from ..errors import BadEndpoint, ConfigError
 
 
 def resolve_model(
@@ -39,19 +47,33 @@ def resolve_model(
         return ScriptedModel()
     if name == "local" or name.startswith("local:"):
         url = base_url or os.environ.get("SANDBOXLITE_LOCAL_URL")
+        _check_url(name, url)
         if url:
             served = name.split(":", 1)[1] if ":" in name else "local"
             return OpenAIModel(served, base_url=url, api_key=api_key or "sk-local", temperature=temperature,
                                top_p=top_p, max_tokens=max_tokens, seed=seed, extra_body=extra_body)  # fmt: skip
         from .local import LocalModel, resolve_local
 
+        spec = name.split(":", 1)[1] if ":" in name else os.environ.get("SANDBOXLITE_LOCAL_MODEL", "")
+        if spec and not Path(spec).expanduser().is_file():
+            where = "--model" if ":" in name else "$SANDBOXLITE_LOCAL_MODEL"
+            raise ConfigError("model", f"no GGUF model file at {Path(spec).expanduser()} (from {where})",
+                              hint="give the path of a .gguf file: --model local:/path/model.gguf "
+                              "(`sandboxlite models` lists the local ones)")  # fmt: skip
         given = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "seed": seed,
                  "constrained": constrained}  # fmt: skip
         options = {k: v for k, v in given.items() if v is not None}
         return LocalModel(resolve_local(name), **options)
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+    _check_url(name, base_url)
+    if not base_url:
+        raise ConfigError("model", f"{name!r} is not a local model (local, local:/path/model.gguf) nor scripted, "
+                          "and no endpoint is given for it",
+                          hint=f"a GGUF file: --model local:/path/model.gguf; a server: --model {name} --base-url URL "
+                          "(or $OPENAI_BASE_URL; OpenAI itself: --base-url https://api.openai.com/v1)")  # fmt: skip
     return OpenAIModel(
         name,
-        base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
+        base_url=base_url,
         api_key=api_key or os.environ.get("OPENAI_API_KEY"),
         temperature=temperature,
         top_p=top_p,
@@ -59,3 +81,12 @@ def resolve_model(
         seed=seed,
         extra_body=extra_body,
     )
+
+
+def _check_url(name: str, url: str | None) -> None:
+    """A base URL that is no http(s) URL is bad input, found before any request (``BadEndpoint``)."""
+    from .model import _HTTP_URL
+
+    if url and not _HTTP_URL.match(url):
+        raise BadEndpoint("base_url", f"model {name!r}: {url!r} is not an http:// or https:// URL",
+                          hint="give the endpoint's URL, e.g. --base-url http://localhost:8000/v1")  # fmt: skip

@@ -1,7 +1,7 @@
 """``run_task``: one task, one sandbox, one model, from start to the output directory.
 
 The output directory gets, as the run goes (so an interrupted run loses nothing):
-``trajectory.json`` (rewritten after every step), and at the end ``answer.txt`` and
+``trajectory.json`` (brought up to date after every step: see ``TrajectoryWriter``), and at the end ``answer.txt`` and
 ``files/`` (what the model left in the sandbox's output directory, ``<workdir>/output``:
 regular files only, never following a symlink, size-capped).  Every sandbox path comes from the
 sandbox (``Paths.of(sb)``), never from a constant.
@@ -12,7 +12,9 @@ What is written is UTF-8 text: names from the sandbox that are not UTF-8 are rec
 
 from __future__ import annotations
 
+import copy
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import SandboxConfig
-from ..errors import FormatError, ModelError, SandboxFileError
+from ..errors import FormatError, ModelError, SandboxError, SandboxFileError
 from ..sandbox import Sandbox
 from .loop import Agent, AgentLimits, Step
 from .model import THINK_RE, parse_text_tool_calls
@@ -35,6 +37,7 @@ from .tools import Tools, readable
 
 MAX_EXPORT_BYTES = 256 << 20  # files/ copied out of the output directory
 MAX_ANSWER_BYTES = 1 << 20
+PRETTY_MAX_BYTES = 32 << 20  # trajectory.json's last write is indented up to this size
 
 
 @dataclass
@@ -71,17 +74,40 @@ def default_output_dir(task: Task) -> Path:
 
 
 class TrajectoryWriter:
-    """Keeps ``trajectory.json`` current: rewritten atomically after every step."""
+    """Keeps ``trajectory.json`` current: written after every step, so an interrupted run loses nothing.
+
+    The file is one JSON object: the header (``task``, ``model``, ...), then ``messages``, then
+    ``steps``, ``usage``, ``exit_reason``, ``reason`` and whatever ``update`` adds.
+
+    The task's query is stored once, where the messages hold it (the instance prompt the model
+    saw, ``messages[1]``): the header's ``task`` holds every field but ``query``, and
+    ``query_sha256`` and ``query_chars`` instead (``task_header``).  When no message holds the query
+    as written (a prompt template without ``{query}``), ``run_task`` puts it back in the header's
+    task; so does a run that failed before the first message.
+
+    A write costs what changed, not the whole file: the header and every message already in the file
+    and not changed since (compared with the copy kept of it) stay where they are; the file is
+    rewritten in place from the first message that changed (clipped, say) or was added, then the
+    rest.  So a 200 MB query is written once, not once per step.  Each write is one ``pwrite``,
+    padded with spaces when the new end is shorter than the old, and then truncated: a run killed
+    between the two leaves valid JSON.  When a header field changes the file is rewritten whole
+    (atomically: a temporary file renamed over it); so is the last write (``final``), indented,
+    unless the file is over ``PRETTY_MAX_BYTES`` (it then stays compact: indenting it would mean
+    writing it all once more).
+    """
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         self.path = path
-        self.data: dict[str, Any] = {**header, "steps": [], "messages": [], "exit_reason": None, "reason": None}
+        self.data: dict[str, Any] = {**header, "messages": [], "steps": [], "exit_reason": None, "reason": None}
+        self._head_keys = list(header)
+        self._head: list[Any] | None = None  # a copy of the header's values as written (None: write it whole)
+        self._written: list[tuple[dict, int]] = []  # per message in the file: (a copy of it, its end offset)
+        self._start = 0  # where the first message starts
+        self._size = 0  # the file's length
         self.flush()
 
     def update(self, agent: Agent | None = None, *, final: bool = False, **fields: Any) -> None:
-        """Record the agent's state and ``fields``; ``final`` writes the file indented (the last write).
-        Writes during the run are compact: the C encoder is about ten times faster than the indenting
-        one, which matters when the file is rewritten after every step of a long run."""
+        """Record the agent's state and ``fields``; ``final`` writes the file indented (the last write)."""
         if agent is not None:
             self.data["messages"] = agent.messages
             self.data["steps"] = [dict(vars(s)) for s in agent.steps]  # shallow: asdict's deep copy cost ms per step
@@ -90,10 +116,63 @@ class TrajectoryWriter:
         self.flush(pretty=final)
 
     def flush(self, *, pretty: bool = False) -> None:
+        pretty = pretty and self._size <= PRETTY_MAX_BYTES  # a huge file stays compact: indenting rewrites it all
+        if pretty or self._head is None or [self.data.get(k) for k in self._head_keys] != self._head:
+            self._write_whole(pretty)
+            return
+        messages = self.data["messages"]
+        first = next((i for i, (copy_, _) in enumerate(self._written)
+                      if i >= len(messages) or messages[i] != copy_), len(self._written))  # fmt: skip
+        at = self._written[first - 1][1] if first else self._start
+        del self._written[first:]
+        data = self._messages_from(first, at)
+        end = at + len(data)
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            padded = data + b" " * max(0, self._size - end)  # no stale bytes after "}", even before the truncate
+            done = 0
+            while done < len(padded):
+                done += os.pwrite(fd, padded[done:], at + done)
+            os.ftruncate(fd, end)
+        finally:
+            os.close(fd)
+        self._size = end
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _messages_from(self, first: int, at: int) -> bytes:
+        """The file's bytes from message ``first`` (at offset ``at``) to the end; remembers each
+        message written (a copy, to see later whether it changed) and where it ends."""
+        chunks = []
+        for i in range(first, len(self.data["messages"])):
+            message = self.data["messages"][i]
+            piece = (b", " if i else b"") + _encode(message)
+            at += len(piece)
+            chunks.append(piece)
+            self._written.append((copy.deepcopy(message), at))  # a str is not copied: the compare is cheap
+        rest = {k: v for k, v in self.data.items() if k not in self._head_keys and k != "messages"}
+        inner = _encode(rest)[1:-1]
+        chunks.append(b"]" + (b", " + inner if inner else b"") + b"}")
+        return b"".join(chunks)
+
+    def _write_whole(self, pretty: bool) -> None:
+        if pretty:
+            data = json_utf8(json.dumps(self.data, indent=1, ensure_ascii=False, default=str))
+            self._head, self._written = None, []  # a later compact write writes it whole again
+        else:
+            head = {k: self.data[k] for k in self._head_keys}
+            inner = _encode(head)[1:-1]
+            prefix = b"{" + (inner + b", " if inner else b"") + b'"messages": ['
+            self._head, self._start, self._written = copy.deepcopy(list(head.values())), len(prefix), []
+            data = prefix + self._messages_from(0, len(prefix))
         tmp = self.path.with_name(self.path.name + ".tmp")
-        text = json.dumps(self.data, indent=1 if pretty else None, ensure_ascii=False, default=str)
-        tmp.write_bytes(json_utf8(text))
+        tmp.write_bytes(data)
         os.replace(tmp, self.path)
+        self._size = len(data)
+
+
+def _encode(value: Any) -> bytes:
+    """Compact JSON as UTF-8 (the C encoder: about ten times faster than the indenting one)."""
+    return json_utf8(json.dumps(value, ensure_ascii=False, default=str))
 
 
 _SURROGATE = re.compile("[\\ud800-\\udfff]")
@@ -111,6 +190,25 @@ def json_utf8(text: str) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return _SURROGATE.sub(lambda m: readable(m.group()).replace("\\", "\\\\"), text).encode("utf-8")
+
+
+def task_header(task: Task, *, with_query: bool = False) -> dict[str, Any]:
+    """The task as trajectory.json's header records it: every field, the query as ``query_sha256``
+    and ``query_chars`` (its text is in the messages, see ``TrajectoryWriter``), or with
+    ``with_query`` the query itself as well."""
+    fields = task.to_dict()
+    query = fields.pop("query")
+    head = {"id": fields.pop("id"), "query_sha256": hashlib.sha256(query.encode("utf-8", "surrogatepass")).hexdigest(),
+            "query_chars": len(query)}  # fmt: skip
+    if with_query:
+        head["query"] = query
+    return {**head, **fields}
+
+
+def _keep_query(writer: TrajectoryWriter, task: Task, *texts: str) -> None:
+    """Put the query in the header when none of the prompts shows it as written."""
+    if not any(task.query in t for t in texts):
+        writer.update(task=task_header(task, with_query=True))
 
 
 def task_inputs(task: Task) -> dict[str, str]:
@@ -195,7 +293,7 @@ def run_task(
     template = PromptTemplate.load(task.prompt, mode=mode)
     limits = limits or AgentLimits(max_steps=task.max_steps, max_wall_s=task.timeout_s)
     writer = TrajectoryWriter(out / "trajectory.json", {
-        "task": task.to_dict(), "model": getattr(model, "name", type(model).__name__), "mode": mode,
+        "task": task_header(task), "model": getattr(model, "name", type(model).__name__), "mode": mode,
         "model_info": getattr(model, "info", {}),
         "prompt_template": template.source, "limits": asdict(limits),
         "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -204,14 +302,23 @@ def run_task(
     if mode == "vanilla":  # no sandbox: the prompt names the default paths
         system, instance = template.render(task.query, task_inputs(task), paths=DEFAULT_PATHS,
                                            input_dir=task.input_path)  # fmt: skip
+        _keep_query(writer, task, system, instance)
         return _run_vanilla(task, model, system, instance, out, writer, start)
     if mode != "sandbox":
         raise ValueError(f"mode must be 'sandbox' or 'vanilla', got {mode!r}")
-    if sandbox is not None:
-        return _run_in(sandbox, task, model, template, limits, out, writer, start, on_step)
-    config = config or SandboxConfig(rootfs=task.rootfs, network=task.network)
-    with Sandbox(config) as sb:
-        return _run_in(sb, task, model, template, limits, out, writer, start, on_step)
+    try:
+        if sandbox is not None:
+            return _run_in(sandbox, task, model, template, limits, out, writer, start, on_step)
+        config = config or SandboxConfig(rootfs=task.rootfs, network=task.network)
+        with Sandbox(config) as sb:
+            return _run_in(sb, task, model, template, limits, out, writer, start, on_step)
+    except BaseException as e:
+        if not writer.data["messages"]:  # it ended before the model's first turn: say how, keep the query
+            outcome = (Outcome(ExitReason.SANDBOX_ERROR, e.message, e) if isinstance(e, SandboxError)
+                       else Outcome(ExitReason.INTERRUPTED))  # fmt: skip
+            writer.update(task=task_header(task, with_query=True), exit_reason=outcome.exit_reason,
+                          reason=outcome.reason, duration_s=round(time.monotonic() - start, 3), final=True)  # fmt: skip
+        raise
 
 
 def _run_in(sb: Sandbox, task: Task, model: Any, template: PromptTemplate, limits: AgentLimits, out: Path,
@@ -220,6 +327,7 @@ def _run_in(sb: Sandbox, task: Task, model: Any, template: PromptTemplate, limit
     paths = Paths.of(sb)
     input_dir = stage_inputs(sb, task)
     system, instance = template.render(task.query, task_inputs(task), paths=paths, input_dir=input_dir)
+    _keep_query(writer, task, system, instance)
     tools = Tools(sb)
 
     def step_done(agent: Agent, step: Step) -> None:

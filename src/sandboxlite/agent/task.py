@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,16 +125,38 @@ class Task:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Task":
+        """A task file; ``"-"`` reads the task from stdin (relative paths then from the current directory)."""
+        if str(path) == "-":
+            return cls.parse(sys.stdin.buffer.read(), "the task on stdin", base_dir=os.getcwd())
         p = Path(path)
         try:
-            raw = p.read_text(encoding="utf-8")
+            raw = p.read_bytes()
         except OSError as e:
             raise TaskError("task", f"cannot read {p}: {e.strerror}") from None
+        return cls.parse(raw, str(p), base_dir=p.parent)
+
+    @classmethod
+    def parse(cls, raw: bytes | str, source: str, *, base_dir: str | os.PathLike | None = None) -> "Task":
+        """A task from the text of a task file (``source`` names it in error messages)."""
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8-sig")  # a BOM is tolerated
+            except UnicodeDecodeError as e:
+                raise TaskError("task", f"{source} is not UTF-8 text (byte {e.start} is {raw[e.start:e.start + 1]!r})",
+                                hint="save it as UTF-8, e.g. iconv -f LATIN1 -t UTF-8 OLD > NEW") from None  # fmt: skip
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise TaskError("task", f"{p} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-        return cls.from_dict(data, base_dir=p.parent)
+            raise TaskError("task", f"{source} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        if not isinstance(data, dict):
+            raise TaskError("task", f"{source}: expected a JSON object, got {type(data).__name__}",
+                            hint='a task looks like {"id": "t1", "query": "..."} (see sandboxlite.agent.task)')  # fmt: skip
+        return cls.from_dict(data, base_dir=base_dir)
+
+    @classmethod
+    def one_off(cls, query: str) -> "Task":
+        """The task of ``sandboxlite run --query TEXT``: id "query", every other field its default."""
+        return cls.from_dict({"id": "query", "query": query})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
