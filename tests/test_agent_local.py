@@ -76,7 +76,37 @@ def test_a_short_episode_with_the_embedded_model(smol, tmp_path):
         assert step["error"] is None, step
         assert step["observations"] and all(o["tool"] in ("execute_bash", "str_replace_editor", "submit")
                                             for o in step["observations"])  # fmt: skip
-    assert t["model_info"]["load_s"] > 0 and t["steps"][0]["usage"]["tokens_per_s"] > 0
+    assert t["model_info"]["load_s"] > 0
+    usage = t["steps"][0]["usage"]  # reading the prompt and writing the reply, apart (was one rate, prefill in it)
+    assert usage["prefill_tokens_per_s"] > 0 and usage["decode_tokens_per_s"] > 0 and "tokens_per_s" not in usage
+    assert t["steps"][0]["prompt"]["tool_format"] == "text" and "<tools>" in t["steps"][0]["prompt"]["system"]
+
+
+@pytest.mark.local_model
+def test_a_reply_replaced_by_the_constrained_retry_is_kept(smol):
+    """The reply that did not parse (once the right answer in words) is no longer lost."""
+    from sandboxlite.agent.tools import tool_schemas
+
+    saved = smol.constrained
+    smol.constrained = "retry"
+    try:
+        reply = smol.complete([{"role": "system", "content": "Answer in one word."},
+                               {"role": "user", "content": "Say just: yes"}], tool_schemas())  # fmt: skip
+    finally:
+        smol.constrained = saved
+    assert reply.tool_calls and reply.usage["constrained_retry"] == 1
+    (first,) = reply.discarded
+    assert first["content"] and first["content"] != reply.content and first["error"]
+
+
+@pytest.mark.local_model
+def test_threads_default_to_the_usable_cores_and_tokens_are_counted_exactly(smol):
+    import os
+
+    assert smol.info["n_threads"] == len(os.sched_getaffinity(0))  # was cores // 2: decode ~35 % slower on 2
+    assert smol.context_tokens == 8192
+    text = "12345 67890 hello"
+    assert smol.count_tokens(text) == len(smol.llm.tokenize(text.encode(), add_bos=False)) > 5
 
 
 @pytest.mark.local_model

@@ -275,6 +275,43 @@ def test_parse_malformed_raises_format_error(text):
     assert '<tool_call>\n{"name": "execute_bash", "arguments": {"command": "ls -la"}}\n</tool_call>' in msg
 
 
+SCHEMA = {"name": "execute_bash", "description": "Run a bash command.",
+          "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps(SCHEMA),  # copied from the prompt's <tools> list
+    f"<tool_call>{json.dumps(SCHEMA)}</tool_call>",
+    f"```json\n{json.dumps({'type': 'function', 'function': SCHEMA})}\n```",
+])  # fmt: skip
+def test_a_copied_schema_is_a_format_error_that_says_so(text):
+    with pytest.raises(FormatError) as info:
+        parse_text_tool_calls(text, KNOWN)
+    msg = info.value.message
+    assert "description of the tool 'execute_bash'" in msg and '"description"' in msg and '"parameters"' in msg
+
+
+@pytest.mark.parametrize("text, keys", [
+    ('<tool_call>{"name": "execute_bash", "arguments": {"command": "ls"}, "submit": "echo done > answer.txt"}</tool_call>',
+     ['"submit"']),
+    ('{"name": "execute_bash", "arguments": {"command": "ls"}, "next": {"name": "submit"}, "note": 1}', ['"next"', '"note"']),
+    ('{"type": "function", "function": {"name": "submit", "arguments": {}}, "then": "stop"}', ['"then"']),
+    ('<tool_call>{"name": "execute_bash", "arguments": {"command": "ls"}, "parameters": {"command": "pwd"}}</tool_call>',
+     ['"arguments" and "parameters"']),
+])  # fmt: skip
+def test_unexpected_keys_beside_arguments_are_named_not_dropped(text, keys):
+    with pytest.raises(FormatError) as info:
+        parse_text_tool_calls(text, KNOWN)
+    assert all(k in info.value.message for k in keys), info.value.message
+
+
+def test_the_usual_extra_fields_of_a_call_are_fine():
+    for text in ('{"id": "call_1", "type": "function", "name": "submit", "arguments": {}}',
+                 '{"id": "c", "type": "function", "function": {"name": "submit", "arguments": "{}"}}',
+                 '{"name": "execute_bash", "parameters": {"command": "ls"}}'):  # fmt: skip
+        assert [c.name for c in parse_text_tool_calls(text, KNOWN)] == [text.split('"name": "')[1].split('"')[0]]
+
+
 # -- AssistantMessage.to_message ------------------------------------------------------------
 def test_to_message_native_round_trip(server):
     server.push(

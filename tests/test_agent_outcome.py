@@ -50,6 +50,7 @@ CASES = [
      "limits exceeded: wall time 0s used up", 1),
     ("format_errors", ["thinking..."] * 3, {"limits": AgentLimits(max_format_errors=3)}, E.FORMAT_ERRORS,
      f"limits exceeded: 3 replies in a row without a usable tool call; last: {NO_TOOL_CALL}", 3),
+    ("stuck", [bash("true")] * 5, {}, E.STUCK, "limits exceeded: the same tool calls and results 4 times in a row", 4),
     ("context_overflow", [ContextOverflow("maximum context length exceeded")], {}, E.CONTEXT_OVERFLOW,
      "limits exceeded: the conversation no longer fits the model's context (maximum context length exceeded)", 0),
     ("model_error", [bash("true"), ModelError("endpoint down", hint="retry later")], {}, E.MODEL_ERROR,

@@ -36,13 +36,15 @@ if TYPE_CHECKING:
 # or read it, whatever it prints.  ``builtin`` because a command may define a function named
 # printf or read (one that redefines ``builtin`` itself only breaks its own session: no status
 # comes, the timeout ends the command and a new session starts).
-BOOT = r"""
-shopt -s expand_aliases
-while IFS= builtin read -r -d '' __sl_c; do
-  builtin eval "$__sl_c" </dev/null 3>&-
-  builtin printf '%d %s\0' "$?" "$PWD" >&3
-done
-"""
+# One line, run as "bash": bash names that line in its messages about the command ("bash:
+# nosuch: command not found", as `bash -c` does), never a line of this loop.
+BOOT = (
+    "shopt -s expand_aliases; "
+    "while IFS= builtin read -r -d '' __sl_c; do "
+    'builtin eval "$__sl_c" </dev/null 3>&-; '
+    "builtin printf '%d %s\\0' \"$?\" \"$PWD\" >&3; "
+    "done"
+)
 
 STUCK_GRACE_S = 1.0  # after killing a command's children, how long bash has to come back
 MAX_STATUS_BYTES = 1 << 16  # "CODE PWD\0": a PWD is at most PATH_MAX (4096)
@@ -107,7 +109,7 @@ class Shell:
     def _start(self) -> None:
         with self._sb.lock:
             self._proc = self._sb.jail.spawn(
-                ["/bin/bash", "--noprofile", "--norc", "-c", BOOT, "sandboxlite-shell"],
+                ["/bin/bash", "--noprofile", "--norc", "-c", BOOT, "bash"],
                 cwd=self._cwd,
                 env=self._env,
                 stdin_pipe=True,

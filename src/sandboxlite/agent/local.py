@@ -5,13 +5,18 @@ installed package, sha256 checked): small enough to load in a tenth of a second 
 laptop, and enough to demonstrate the loop; real work wants a larger GGUF
 (``--model local:/path/model.gguf``, e.g. a Qwen3-4B-Instruct quantisation) or any
 OpenAI-compatible server.  ``$SANDBOXLITE_LOCAL_MODEL`` sets the default path,
-``$SANDBOXLITE_LOCAL_THREADS`` and ``$SANDBOXLITE_LOCAL_CTX`` the threads and context size.
+``$SANDBOXLITE_LOCAL_THREADS`` and ``$SANDBOXLITE_LOCAL_CTX`` the threads (default: the cores this
+process may run on) and context size.
 
 Small models rarely emit native tool calls, so the tools are described in the system prompt
 (Hermes style: ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``) and replies are parsed
 with the text fallback.  With grammar-constrained decoding (a JSON schema of the three tools)
 every turn yields a valid call: as the retry after a turn that did not parse (the default), or
-always (``constrained="always"``).
+always (``constrained="always"``).  A reply thrown away for its retry is kept in the reply's
+``discarded`` (the trajectory's step shows it).
+
+Usage per reply: prompt, completion and total tokens, and the two rates apart:
+``prefill_tokens_per_s`` (reading the prompt) and ``decode_tokens_per_s`` (writing the reply).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 
 from ..errors import FormatError, ModelError, SetupError
 from .model import AssistantMessage, parse_text_tool_calls
+from .textcalls import render_text_tools
 
 INSTALL_HINT = "pip install 'sandboxlite[local]'   (compiles llama.cpp: about 5 minutes on 2 cores, once)"
 
@@ -35,20 +41,6 @@ INSTALL_HINT = "pip install 'sandboxlite[local]'   (compiles llama.cpp: about 5 
 PINNED_SHA256: dict[str, str] = {
     "SmolLM2-135M-Instruct.Q4_1.gguf": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 }
-
-# (its example names no path: the sandbox's paths are in the system prompt and the tools' descriptions)
-TOOL_PROMPT = """
-
-# Tools
-
-You have these tools. To use one, reply with one JSON object inside <tool_call></tool_call> tags,
-for example:
-<tool_call>{{"name": "execute_bash", "arguments": {{"command": "ls"}}}}</tool_call>
-
-<tools>
-{tools}
-</tools>"""
-
 
 @dataclass(frozen=True)
 class LocalModelFile:
@@ -145,8 +137,8 @@ class LocalModel:
             raise ValueError(f"max_tokens must be a positive integer or None, got {max_tokens!r}")
         self.max_tokens, self.temperature, self.top_p, self.seed = max_tokens, temperature, top_p, seed
         self.constrained = constrained
-        # one thread was steadiest on a busy 2-core box; more cores, more threads
-        threads = n_threads or int(os.environ.get("SANDBOXLITE_LOCAL_THREADS", 0)) or max(1, min(8, (os.cpu_count() or 2) // 2))
+        # decode is about a third faster with a thread per core than with one on 2 cores (measured)
+        threads = n_threads or int(os.environ.get("SANDBOXLITE_LOCAL_THREADS", 0)) or usable_cores()
         n_ctx = n_ctx or int(os.environ.get("SANDBOXLITE_LOCAL_CTX", 8192))
         t0 = time.monotonic()
         with _quiet_stderr():
@@ -160,7 +152,9 @@ class LocalModel:
                      "n_threads": threads, "max_tokens": max_tokens, "constrained": constrained,
                      "chat_template": "the model's own" if own else "chatml"}  # fmt: skip
         self.endpoint = None  # in-process
+        self.context_tokens = n_ctx  # the loop clips tool outputs so that the next request fits
         self._grammars: dict[str, Any] = {}
+        self._perf = llama_cpp if hasattr(llama_cpp, "llama_perf_context") else None  # timing counters
         self._lock = threading.Lock()  # one llama.cpp context: one generation at a time (eval workers share it)
 
     @property
@@ -173,20 +167,34 @@ class LocalModel:
         with self._lock:
             return self._complete(messages, tools)
 
+    def count_tokens(self, text: str) -> int:
+        """How many tokens ``text`` is for this model (the loop's clipping uses it)."""
+        return len(self.llm.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=False))
+
+    def rendered(self, messages: list[dict], tools: list[dict]) -> list[dict]:
+        """``messages`` as this model reads them (the tools described in the system message)."""
+        return render_text_tools(messages, tools)
+
     def _complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
-        prompt = self._render(messages, tools)
+        prompt = render_text_tools(messages, tools)
         known = {t["function"]["name"] for t in tools}
         grammar = self._grammar(tools) if tools and self.constrained == "always" else None
         text, usage, finish = self._generate(prompt, grammar)
         calls, error = self._parse(text, known)
+        discarded = []
         if tools and not calls and self.constrained == "retry":
+            why = error.message if error is not None else "no tool call"
+            discarded.append({"content": text, "error": why, "finish_reason": finish, "usage": usage})
             text, usage2, finish = self._generate(prompt, self._grammar(tools))
-            usage = {k: usage.get(k, 0) + usage2.get(k, 0) for k in usage2}
+            usage = {k: usage.get(k, 0) + usage2[k] if k in USAGE_SUMS else usage2[k] for k in usage2}
             usage["constrained_retry"] = 1
             calls, error = self._parse(text, known)
         if error is not None and not calls:
+            error.reply = AssistantMessage(content=text, tool_calls=[], usage=usage, finish_reason=finish,  # type: ignore[attr-defined]
+                                           native=False, discarded=discarded)  # fmt: skip
             raise error
-        return AssistantMessage(content=text, tool_calls=calls, usage=usage, finish_reason=finish, native=False)
+        return AssistantMessage(content=text, tool_calls=calls, usage=usage, finish_reason=finish, native=False,
+                                discarded=discarded)  # fmt: skip
 
     # -- helpers -------------------------------------------------------------------------------
     @staticmethod
@@ -195,24 +203,6 @@ class LocalModel:
             return parse_text_tool_calls(text, known), None
         except FormatError as e:
             return [], e
-
-    def _render(self, messages: list[dict], tools: list[dict]) -> list[dict]:
-        out = []
-        for m in messages:
-            role, content = m.get("role"), m.get("content") or ""
-            if role == "system" and tools and not out:
-                schemas = "\n".join(json.dumps(t["function"]) for t in tools)
-                content = content + TOOL_PROMPT.format(tools=schemas)
-            elif role == "tool":  # (only if a native history is replayed here)
-                role, content = "user", f"<tool_response>\n{content}\n</tool_response>"
-            elif role == "assistant" and m.get("tool_calls"):
-                calls = "".join(
-                    f"<tool_call>{json.dumps({'name': c['function']['name'], 'arguments': _loads(c['function']['arguments'])})}</tool_call>"
-                    for c in m["tool_calls"]
-                )
-                content = (content + "\n" + calls).strip()
-            out.append({"role": role, "content": content})
-        return out
 
     def _grammar(self, tools: list[dict]) -> Any:
         key = json.dumps([t["function"]["name"] for t in tools])
@@ -226,6 +216,10 @@ class LocalModel:
 
     def _generate(self, prompt: list[dict], grammar: Any) -> tuple[str, dict, str | None]:
         """(text, usage, finish reason: "stop", or "length" when max_tokens or the context cut it)."""
+        ctx = getattr(getattr(self.llm, "_ctx", None), "ctx", None)
+        perf = self._perf if ctx is not None else None
+        if perf is not None:
+            perf.llama_perf_context_reset(ctx)
         t0 = time.monotonic()
         try:
             with _quiet_stderr():
@@ -241,16 +235,25 @@ class LocalModel:
         seconds = time.monotonic() - t0
         text = r["choices"][0]["message"].get("content") or ""
         u = r.get("usage") or {}
-        usage = {k: int(u.get(k, 0)) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
-        usage["tokens_per_s"] = round(usage["completion_tokens"] / seconds, 1) if seconds > 0 else 0
+        usage = {k: int(u.get(k, 0)) for k in USAGE_SUMS}
+        if perf is not None:  # llama.cpp's own counters: the prompt tokens it evaluated (not those its cache kept), and decode
+            d = perf.llama_perf_context(ctx)
+            usage["prefill_tokens_per_s"] = round(d.n_p_eval / (d.t_p_eval_ms / 1000), 1) if d.t_p_eval_ms > 0 else 0.0
+            usage["decode_tokens_per_s"] = round(d.n_eval / (d.t_eval_ms / 1000), 1) if d.t_eval_ms > 0 else 0.0
+        else:  # (an older llama-cpp-python) one rate, prefill included
+            usage["tokens_per_s"] = round(usage["completion_tokens"] / seconds, 1) if seconds > 0 else 0.0
         return text, usage, r["choices"][0].get("finish_reason")
 
 
-def _loads(text: str) -> Any:
+USAGE_SUMS = ("prompt_tokens", "completion_tokens", "total_tokens")  # summed over a retry; rates are the last's
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask; os.cpu_count() where there is none)."""
     try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 class _quiet_stderr:

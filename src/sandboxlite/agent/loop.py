@@ -10,6 +10,8 @@ errors in a row, then the run ends with that reason).  Callers never catch them:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,12 +38,29 @@ def no_answer_file(answer_file: str) -> str:
             "execute_bash), then call submit again. A second submit without it ends the task with no answer.")  # fmt: skip
 
 
+def stuck_nudge(times: int, answer_file: str) -> str:
+    """What the model is told after ``times`` turns in a row made the same calls with the same results."""
+    return (f"You have made the same tool call {times} times in a row and got the same result each time. "
+            "Repeating it will not change anything: try a different command, or write your final answer to "
+            f"{answer_file} and call submit. Another identical call ends the task.")  # fmt: skip
+
+
+# on a context overflow, tool outputs are clipped in these passes, each tried only when the one
+# before changed nothing or did not help: (newest messages spared, characters kept per output)
+SHRINK_LEVELS = ((4, 2000), (0, 2000), (0, 400))
+# what a reply may take at most when the context is known and the model sets no max_tokens
+REPLY_RESERVE_TOKENS = 1024
+
+
 @dataclass
 class AgentLimits:
     max_steps: int = 50  # model turns
     max_total_tokens: int | None = None  # prompt + completion, summed over the run
     max_wall_s: float | None = None  # the whole run
     max_format_errors: int = 3  # malformed replies in a row
+    # turns in a row with the same calls and the same results: the last of them gets a nudge, one
+    # more ends the run as STUCK (None: no guard)
+    max_repeats: int | None = 3
 
 
 @dataclass
@@ -56,6 +75,12 @@ class Step:
     usage: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     finish_reason: str | None = None  # the backend's: "stop", "tool_calls", "length" (the reply was cut)
+    # replies the backend generated and threw away before this one (a local model's reply that did not
+    # parse, before its grammar-constrained retry): [{"content": ..., "error": why}]
+    discarded: list[dict[str, Any]] = field(default_factory=list)
+    # on the first step only: the prompt as the model saw it (see Agent._prompt_seen)
+    prompt: dict[str, Any] | None = None
+    note: str | None = None  # what the loop added after the results (the repetition nudge)
 
 
 class Agent:
@@ -90,6 +115,8 @@ class Agent:
         self.steps: list[Step] = []
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         self.format_errors = 0
+        self.repeats = 0  # turns in a row (so far) with the same calls and results as the one before
+        self._last_turn: str | None = None  # the digest of the last turn's calls and results
         self.submit_reminded = False  # the first submit without an answer file was sent back
         self.started = 0.0
         self.outcome: Outcome | None = None
@@ -107,6 +134,7 @@ class Agent:
         format errors and the wall clock start afresh.  Returns ``messages``."""
         self.messages = [{"role": "system", "content": system}, {"role": "user", "content": instance}]
         self.steps, self.format_errors, self.outcome, self.submit_reminded = [], 0, None, False
+        self.repeats, self._last_turn = 0, None
         self.usage = dict.fromkeys(self.usage, 0)
         self.started = time.monotonic()
         return self.messages
@@ -125,6 +153,9 @@ class Agent:
           or uses up the token or time budget reports it at once: MAX_STEPS, TOKEN_BUDGET,
           WALL_TIME;
         - ``max_format_errors`` replies in a row had no usable tool call: FORMAT_ERRORS;
+        - ``max_repeats`` turns in a row made the same calls (name and arguments) and got the same
+          results (errors included): the last of them is answered with a nudge
+          (``Step.note``), and one more identical turn ends the run: STUCK;
         - the conversation does not fit the model's context even after clipping old tool
           outputs: CONTEXT_OVERFLOW;
         - the model raised ``ModelError``: MODEL_ERROR; a tool raised another ``SandboxError``
@@ -156,54 +187,74 @@ class Agent:
 
     def _turn(self) -> None:
         t0 = time.monotonic()
+        tools = self.tools.schemas()
         try:
-            try:
-                reply = self.model.complete(self.messages, self.tools.schemas())
-            except ContextOverflow:
-                if not self._shrink_history():
-                    raise
-                reply = self.model.complete(self.messages, self.tools.schemas())
-        except ContextOverflow as e:
-            raise LimitsExceeded(f"the conversation no longer fits the model's context ({e.message})",
-                                 reason=ExitReason.CONTEXT_OVERFLOW) from None  # fmt: skip
+            reply = self._complete(tools)
         except FormatError as e:  # the model's text could not be parsed into a tool call
             reply = getattr(e, "reply", None)
             step = None
             if reply is not None:  # keep what the model wrote, so it sees its own mistake
-                step = Step(len(self.steps) + 1, time.monotonic() - t0, 0.0, reply.to_message(), usage=dict(reply.usage),
-                            finish_reason=reply.finish_reason)  # fmt: skip
+                step = self._record(reply, time.monotonic() - t0, tools)
                 self.messages.append(step.assistant)
                 self.steps.append(step)
             return self._format_error(e.message, time.monotonic() - t0, step)
-        model_s = time.monotonic() - t0
-        for k in self.usage:
-            self.usage[k] += int(reply.usage.get(k) or 0)
-        step = Step(len(self.steps) + 1, model_s, 0.0, reply.to_message(), usage=dict(reply.usage),
-                    finish_reason=reply.finish_reason)  # fmt: skip
+        step = self._record(reply, time.monotonic() - t0, tools)
         self.messages.append(step.assistant)
         if not reply.tool_calls:
             self.steps.append(step)
-            paths = getattr(self.tools, "paths", DEFAULT_PATHS)  # the sandbox's (``Tools.paths``)
-            return self._format_error(no_tool_call(paths.answer_file), 0.0, step)
+            return self._format_error(no_tool_call(self._paths().answer_file), 0.0, step)
         self.format_errors = 0
         submitted = False
         t1 = time.monotonic()
+        outputs = []
         for call in reply.tool_calls:  # every call is answered, in order
             try:
                 result = self.tools.call(call.name, call.arguments)
                 text, data = result.output, dict(result.data)
                 if result.submitted and self._send_back_submit(data):
-                    text = no_answer_file(getattr(self.tools, "paths", DEFAULT_PATHS).answer_file)
+                    text = no_answer_file(self._paths().answer_file)
                 else:
                     submitted = submitted or result.submitted
             except ToolError as e:
                 text, data = f"Error: {e.message}", {"error": e.message}
-            self._observe(call, text, reply.native, step, data)
+            outputs.append(text)
+            step.observations.append({"tool": call.name, "call_id": call.id, "arguments": call.arguments,
+                                      "output": text, "data": data})  # fmt: skip
         step.tools_s = time.monotonic() - t1
+        self._fit_outputs(step, reply)
+        stuck = not submitted and self._count_repeat(step)
+        if stuck is None:  # the last repetition allowed: answered, with a nudge
+            step.note = stuck_nudge(self.repeats + 1, self._paths().answer_file)
+        self._answer(step, reply.native)
         self.steps.append(step)
         self._notify(step)
         if submitted:
             raise Submitted("the model called submit")
+        if stuck:
+            raise LimitsExceeded(f"the same tool calls and results {self.repeats + 1} times in a row",
+                                 reason=ExitReason.STUCK)  # fmt: skip
+
+    def _complete(self, tools: list[dict]) -> Any:
+        """One model call; on a context overflow, tool outputs are clipped (old ones, then recent
+        ones, then harder) and the call tried again, until nothing gets shorter: CONTEXT_OVERFLOW."""
+        levels = iter(SHRINK_LEVELS)
+        while True:
+            try:
+                return self.model.complete(self.messages, tools)
+            except ContextOverflow as e:
+                if not any(self._shrink_history(*level) for level in levels):  # stops at the first that helps
+                    raise LimitsExceeded(f"the conversation no longer fits the model's context ({e.message})",
+                                         reason=ExitReason.CONTEXT_OVERFLOW) from None  # fmt: skip
+
+    def _record(self, reply: Any, model_s: float, tools: list[dict]) -> Step:
+        """The Step of a reply (its usage added to the run's)."""
+        for k in self.usage:
+            self.usage[k] += int(reply.usage.get(k) or 0)
+        step = Step(len(self.steps) + 1, model_s, 0.0, reply.to_message(), usage=dict(reply.usage),
+                    finish_reason=reply.finish_reason, discarded=list(getattr(reply, "discarded", []) or []))  # fmt: skip
+        if not self.steps:
+            step.prompt = self._prompt_seen(tools)
+        return step
 
     # -- helpers -----------------------------------------------------------------------
     def _send_back_submit(self, data: dict[str, Any]) -> bool:
@@ -218,32 +269,90 @@ class Agent:
         self.submit_reminded = True
         return True
 
-    def _shrink_history(self, keep_recent: int = 4, keep_chars: int = 2000) -> bool:
-        """On context overflow: clip old tool outputs (head and tail kept), once per overflow.
-        Returns whether anything got shorter."""
+    def _paths(self) -> Any:
+        return getattr(self.tools, "paths", DEFAULT_PATHS)  # the sandbox's (``Tools.paths``)
+
+    def _shrink_history(self, keep_recent: int, keep_chars: int) -> bool:
+        """Clip the tool outputs of the conversation (all but the newest ``keep_recent`` messages)
+        to ``keep_chars`` characters, head and tail kept.  Returns whether anything got shorter."""
         shrunk = False
-        old = self.messages[2 : max(2, len(self.messages) - keep_recent)]
-        for msg in old:
+        for msg in self.messages[2 : max(2, len(self.messages) - keep_recent)]:
             text = msg.get("content")
             is_output = msg.get("role") == "tool" or (msg.get("role") == "user" and "<tool_response>" in (text or ""))
             if is_output and isinstance(text, str) and len(text) > keep_chars:
-                half = keep_chars // 2
-                msg["content"] = f"{text[:half]}\n[... {len(text) - keep_chars} characters dropped to fit the context ...]\n{text[-half:]}"
+                msg["content"] = clip_chars(text, keep_chars, "to fit the context")
                 shrunk = True
         return shrunk
 
-    def _observe(self, call: Any, text: str, native: bool, step: Step, data: dict[str, Any]) -> None:
+    def _fit_outputs(self, step: Step, reply: Any) -> None:
+        """Clip this turn's outputs so that the next request fits the model's context, when the
+        model says how large it is (``context_tokens``): what the conversation holds (the reply's
+        own usage when the backend reports it), plus the outputs, plus room for the next reply.
+        The outputs share what is left equally; each clipped one says so (``data["clipped_chars"]``)."""
+        context = getattr(self.model, "context_tokens", None)
+        if not context:
+            return
+        count = getattr(self.model, "count_tokens", None) or estimate_tokens
+        used = (int(reply.usage.get("prompt_tokens") or 0) + int(reply.usage.get("completion_tokens") or 0)
+                or sum(count(m.get("content") or "") + 8 for m in self.messages))  # fmt: skip
+        reserve = min(getattr(self.model, "max_tokens", None) or REPLY_RESERVE_TOKENS, context // 4)
+        room = max(0, context - used - reserve - 32 * len(step.observations))
+        sizes = [count(o["output"]) for o in step.observations]
+        if sum(sizes) <= room:
+            return
+        share = room // len(sizes)
+        for obs, size in zip(step.observations, sizes):
+            text = obs["output"]
+            if size <= share:
+                continue
+            keep = int(len(text) * share / size * 0.9)
+            while keep > 0 and count(clip_chars(text, keep, CLIP_WHY)) > share:
+                keep = int(keep * 0.8)
+            obs["output"] = clip_chars(text, keep, CLIP_WHY)
+            obs["data"]["clipped_chars"] = len(text) - keep
+
+    def _count_repeat(self, step: Step) -> bool | None:
+        """Whether this turn repeats the last one (same calls, same results): False (it does not,
+        or not too often yet), None (the ``max_repeats``-th in a row: nudge), True (stuck)."""
+        digest = hashlib.sha256(json.dumps([(o["tool"], _canonical(o["arguments"]), o["output"])
+                                            for o in step.observations]).encode()).hexdigest()  # fmt: skip
+        self.repeats = self.repeats + 1 if digest == self._last_turn else 0
+        self._last_turn = digest
+        limit = self.limits.max_repeats
+        if limit is None or self.repeats + 1 < limit:
+            return False
+        return None if self.repeats + 1 == limit else True
+
+    def _answer(self, step: Step, native: bool) -> None:
+        """The turn's results as messages: one ``tool`` message per native call; for calls written
+        as text one user message holding every ``<tool_response>`` (chat templates that want
+        user and assistant to alternate accept it).  The nudge, if any, comes after them.
+        (No header such as {"name": ...}: a model that echoes it would be read as calling the tool.)"""
         if native:
-            msg = {"role": "tool", "tool_call_id": call.id, "content": text}
-        else:  # the model wrote its call as text: answer in kind
-            # (no header such as {"name": ...}: a model that echoes it would be read as calling the tool)
-            msg = {"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"}
-        self.messages.append(msg)
-        step.observations.append({"tool": call.name, "call_id": call.id, "arguments": call.arguments,
-                                  "output": text, "data": data})  # fmt: skip
+            for obs in step.observations:
+                self.messages.append({"role": "tool", "tool_call_id": obs["call_id"], "content": obs["output"]})
+            if step.note:
+                self.messages.append({"role": "user", "content": step.note})
+            return
+        parts = [f"<tool_response>\n{obs['output']}\n</tool_response>" for obs in step.observations]
+        self.messages.append({"role": "user", "content": "\n".join(parts + ([step.note] if step.note else []))})
+
+    def _prompt_seen(self, tools: list[dict]) -> dict[str, Any]:
+        """The first request as the model saw it: the system message after the backend added its
+        tool prompt (``model.rendered(messages, tools)``, when it has one), the tool schemas when
+        they were sent natively, and the digest of both."""
+        render = getattr(self.model, "rendered", None)
+        seen = render(self.messages[:1], tools) if render is not None else None
+        if seen is not None:
+            record = {"system": seen[0]["content"], "tools": None, "tool_format": "text"}
+        else:
+            record = {"system": self.messages[0]["content"], "tools": tools, "tool_format": "native"}
+        record["sha256"] = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+        return record
 
     def _format_error(self, message: str, model_s: float, step: Step | None = None) -> None:
         self.format_errors += 1
+        self.repeats, self._last_turn = 0, None  # a turn without calls: what follows is not "in a row"
         self.messages.append({"role": "user", "content": message})
         if step is None:
             step = Step(len(self.steps) + 1, model_s, 0.0, {"role": "assistant", "content": None})
@@ -266,3 +375,29 @@ class Agent:
             raise LimitsExceeded(f"token budget {lim.max_total_tokens} used up", reason=ExitReason.TOKEN_BUDGET)
         if lim.max_wall_s is not None and time.monotonic() - self.started >= lim.max_wall_s:
             raise LimitsExceeded(f"wall time {lim.max_wall_s:.0f}s used up", reason=ExitReason.WALL_TIME)
+
+
+CLIP_WHY = "to fit the model's context"
+
+
+def _canonical(arguments: str) -> str:
+    """A call's arguments with key order and spacing that do not matter taken out."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except (TypeError, ValueError):
+        return arguments
+
+
+def estimate_tokens(text: str) -> int:
+    """A cautious token count for a backend that cannot count: digits and other symbols are often
+    one token each (Qwen's tokenizer splits numbers digit by digit), words about four letters."""
+    symbols = sum(1 for ch in text if not ch.isalpha() and not ch.isspace())
+    return symbols + (len(text) - symbols) // 3 + 1
+
+
+def clip_chars(text: str, keep: int, why: str) -> str:
+    """``text`` with its middle cut to ``keep`` characters (head and tail kept) and a note saying so."""
+    if len(text) <= keep:
+        return text
+    half = keep // 2
+    return f"{text[:half]}\n[... {len(text) - keep} characters dropped {why} ...]\n{text[len(text) - (keep - half):]}"

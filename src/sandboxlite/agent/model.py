@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
-from ..errors import ContextOverflow, FormatError, ModelError
+from ..errors import BadEndpoint, ContextOverflow, FormatError, ModelError
+from .textcalls import render_text_tools
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,15 @@ MAX_BACKOFF_S = 30.0
 # the statuses worth another attempt: the request may succeed later (others never will)
 RETRIED_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
 _HTTP_URL = re.compile(r"^https?://[^/\s]+", re.IGNORECASE)
+TOOL_FORMATS = ("native", "text", "auto")
+# a 4xx that says the server cannot do tool calling (vLLM without --enable-auto-tool-choice,
+# llama.cpp's server without --jinja, Ollama models without tools, ...)
+_TOOLS_REFUSED_RE = re.compile(
+    r"HTTP 4\d\d: .*(?:tool[_ ]choice|tool-call-parser|enable-auto-tool-choice|--jinja"
+    r"|(?:does not|doesn't|not) support(?:ed)?(?: for)? (?:tools|tool calling|function calling|functions)"
+    r"|tools? (?:are|is) not supported|function calling is not)",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 # --------------------------------------------------------------------------------------
@@ -65,6 +75,9 @@ class AssistantMessage:
     usage: dict = field(default_factory=dict)  # prompt_tokens, completion_tokens, total_tokens when known
     finish_reason: str | None = None
     native: bool = True  # False when tool_calls came from the text fallback
+    # replies the backend threw away before this one (a reply that did not parse, before a
+    # grammar-constrained retry): [{"content", "error", ...}]; the loop keeps them in the Step
+    discarded: list[dict] = field(default_factory=list)
 
     def to_message(self) -> dict:
         """The dict to append to the chat history.
@@ -186,7 +199,11 @@ def _specs(obj: Any, *, require_args: bool = True) -> list[dict]:
     if isinstance(obj.get("tool_calls"), list):
         return _specs(obj["tool_calls"], require_args=require_args)
     if isinstance(obj.get("function"), dict):
-        return _specs(obj["function"], require_args=require_args)
+        inner = _specs(obj["function"], require_args=require_args)
+        extra = [k for k in obj if k not in ("function", "id", "type", "index")]
+        if inner and extra:  # keys beside {"function": ...} travel with the call, to be named
+            inner = [{**s, **{k: obj[k] for k in extra if k not in s}} for s in inner]
+        return inner
     has_args = "arguments" in obj or "parameters" in obj
     if isinstance(obj.get("name"), str) and (has_args or not require_args):
         return [obj]
@@ -206,8 +223,36 @@ def _looks_like_call(text: str, known_tools: set[str] | None) -> bool:
     return bool(names) and bool(_ARGS_RE.search(text))
 
 
+_CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})  # what a call object may hold
+
+
+def _check_keys(spec: dict, known_tools: set[str] | None) -> None:
+    """A call holds a name and its arguments, nothing else: a tool's schema copied from the
+    prompt, or a second request tucked in beside the arguments (``"submit": "..."``), is an error
+    that names what it found, never a call with those keys silently dropped."""
+    name = spec["name"]
+    params = spec.get("parameters")
+    schema_like = "description" in spec or (
+        isinstance(params, dict) and params.get("type") == "object" and "properties" in params)  # fmt: skip
+    if schema_like and "arguments" not in spec:
+        keys = ", ".join(f'"{k}"' for k in spec if k != "name")
+        _format_error(f'this is the description of the tool {name!r} (its schema, with {keys}), not a call; '
+                      f'a call gives "arguments": the values, e.g. {{"command": "ls"}} for execute_bash',
+                      known_tools)  # fmt: skip
+    if "arguments" in spec and "parameters" in spec:
+        _format_error(f'the call of {name!r} has both "arguments" and "parameters"; give only "arguments"',
+                      known_tools)  # fmt: skip
+    extra = [k for k in spec if k not in _CALL_KEYS or (k == "type" and spec[k] != "function")]
+    if extra:
+        keys = ", ".join(f'"{k}"' for k in extra)
+        _format_error(f'the call of {name!r} has unexpected keys beside "name" and "arguments": {keys} '
+                      "(nothing in them was run); make each request its own call, its values inside "
+                      '"arguments"', known_tools)  # fmt: skip
+
+
 def _to_call(index: int, spec: dict, known_tools: set[str] | None) -> ToolCall:
     name = spec["name"]
+    _check_keys(spec, known_tools)
     args = spec.get("arguments", spec.get("parameters", {}))
     if args is None:
         args = {}
@@ -293,16 +338,29 @@ class OpenAIModel:
         max_retries: int = 5,
         backoff_s: float = 1.0,
         native_tools: bool = True,
+        tool_format: str | None = None,
+        context_tokens: int | None = None,
     ) -> None:
         import openai  # the jail core never needs it
 
         if base_url is not None and not _HTTP_URL.match(base_url):
-            raise ModelError(f"model {model!r}: base URL {base_url!r} is not an http:// or https:// URL",
-                             hint="give the endpoint's URL, e.g. --base-url http://localhost:8000/v1")  # fmt: skip
+            raise BadEndpoint("base_url", f"model {model!r}: {base_url!r} is not an http:// or https:// URL",
+                              hint="give the endpoint's URL, e.g. --base-url http://localhost:8000/v1")  # fmt: skip
+        if tool_format is None:
+            tool_format = "native" if native_tools else "text"
+        if tool_format not in TOOL_FORMATS:
+            raise ValueError(f"tool_format must be one of {', '.join(TOOL_FORMATS)}, got {tool_format!r}")
+        if context_tokens is not None and (isinstance(context_tokens, bool) or context_tokens < 1):
+            raise ValueError(f"context_tokens must be a positive integer or None, got {context_tokens!r}")
         self.name = model
+        # "native": the tools parameter; "text": tools described in the system prompt, calls parsed from
+        # the reply; "auto": native until the server refuses tools (HTTP 400 naming them), then text
+        self.tool_format = tool_format
+        self.tools_sent = "text" if tool_format == "text" else "native"  # what requests do now
+        self.context_tokens = context_tokens  # when given, the loop clips tool outputs to fit it
         self.temperature, self.top_p, self.max_tokens, self.seed = temperature, top_p, max_tokens, seed
         self.extra_body = extra_body
-        self.max_retries, self.backoff_s, self.native_tools = max_retries, backoff_s, native_tools
+        self.max_retries, self.backoff_s = max_retries, backoff_s
         key = api_key or os.environ.get("OPENAI_API_KEY")
         self.key_set = bool(key)
         self.client = openai.OpenAI(base_url=base_url, api_key=key or "EMPTY", timeout=timeout, max_retries=0)
@@ -329,20 +387,39 @@ class OpenAIModel:
                                      f"failed {attempts} times", hint="check that the endpoint is up") from None  # fmt: skip
                 self._sleep(self._backoff(attempt, e.retry_after))
 
+    @property
+    def native_tools(self) -> bool:
+        """Whether requests carry the ``tools`` parameter now (False: the tools are in the prompt)."""
+        return self.tools_sent == "native"
+
+    def rendered(self, messages: list[dict], tools: list[dict]) -> list[dict] | None:
+        """``messages`` as sent when the tools go in the prompt; None when they are sent natively."""
+        return render_text_tools(messages, tools) if tools and not self.native_tools else None
+
     def complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
         kwargs = self._request_kwargs(messages, tools)
         attempts = self.max_retries + 1
-        for attempt in range(attempts):
+        attempt = 0
+        while attempt < attempts:
             try:
                 response = self._create(kwargs)
+            except ModelError as e:
+                if not (self.tool_format == "auto" and "tools" in kwargs and _TOOLS_REFUSED_RE.search(e.message)):
+                    raise
+                log.warning("model %s: the server refused tool calling (%s); writing tool calls as text from now on",
+                            self.name, e.message)  # fmt: skip
+                self.tools_sent = "text"  # for this request (not counted as an attempt) and every later one
+                kwargs = self._request_kwargs(messages, tools)
+                continue
             except _Retryable as e:
-                if attempt + 1 == attempts:
+                attempt += 1
+                if attempt == attempts:
                     raise ModelError(
                         f"model {self.name!r}: {e.what}; gave up after {attempts} attempt(s)",
                         hint="check that the endpoint is up and reachable, or raise max_retries / backoff_s",
                     ) from None
-                delay = self._backoff(attempt, e.retry_after)
-                log.warning("model %s: %s; retry %d/%d in %.1fs", self.name, e.what, attempt + 1, attempts - 1, delay)
+                delay = self._backoff(attempt - 1, e.retry_after)
+                log.warning("model %s: %s; retry %d/%d in %.1fs", self.name, e.what, attempt, attempts - 1, delay)
                 self._sleep(delay)
                 continue
             return _with_text_fallback(self._parse(response), tools)
@@ -353,6 +430,8 @@ class OpenAIModel:
         kwargs: dict[str, Any] = {"model": self.name, "messages": messages}
         if self.native_tools and tools:
             kwargs.update(tools=tools, tool_choice="auto")
+        elif tools:
+            kwargs["messages"] = render_text_tools(messages, tools)
         for key in ("temperature", "top_p", "max_tokens", "seed"):
             if (value := getattr(self, key)) is not None:
                 kwargs[key] = value
@@ -389,13 +468,15 @@ class OpenAIModel:
             return ContextOverflow(f"model {self.name!r}: the conversation does not fit the context ({what})")
         if status in RETRIED_STATUS:
             return _Retryable(what, _retry_after(e))
-        no_key = "" if self.key_set else "no API key is set: "
         hints = {
-            401: no_key + "check the API key (--api-key, LLM_API_KEY or OPENAI_API_KEY)",
+            401: "check the API key (--api-key, LLM_API_KEY or OPENAI_API_KEY)",
             403: "check the API key's permissions",
             404: "check the model name and base_url (it usually ends in /v1)",
         }
-        return ModelError(f"model {self.name!r}: {what} (not retried)", hint=hints.get(status))
+        hint = hints.get(status)
+        if not self.key_set:  # "Bearer EMPTY" was sent: say so whatever the status
+            hint = "no API key is set (--api-key, LLM_API_KEY or OPENAI_API_KEY)" + (f"; {hint}" if hint else "")
+        return ModelError(f"model {self.name!r}: {what} (not retried)", hint=hint)
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         delay = min(MAX_BACKOFF_S, self.backoff_s * 2**attempt)

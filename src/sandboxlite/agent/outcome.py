@@ -10,6 +10,7 @@
     WALL_TIME         limit   "limits exceeded: wall time Ns used up"
     FORMAT_ERRORS     limit   "limits exceeded: N replies in a row without a usable tool call; ..."
     CONTEXT_OVERFLOW  limit   "limits exceeded: the conversation no longer fits the model's context (...)"
+    STUCK             limit   "limits exceeded: the same tool calls and results N times in a row"
     MODEL_ERROR       error   "model error: ..."               the endpoint failed (after its retries)
     SANDBOX_ERROR     error   "sandbox error: ..."             the jail failed under the tools
     INTERRUPTED       broken  "interrupted"                    Ctrl-C or an exception stopped run_task
@@ -38,6 +39,7 @@ class ExitReason(str, Enum):
     WALL_TIME = "wall_time"
     FORMAT_ERRORS = "format_errors"
     CONTEXT_OVERFLOW = "context_overflow"
+    STUCK = "stuck"
     MODEL_ERROR = "model_error"
     SANDBOX_ERROR = "sandbox_error"
     INTERRUPTED = "interrupted"
@@ -48,12 +50,13 @@ class ExitReason(str, Enum):
 
     @property
     def is_limit(self) -> bool:
-        """A limit ended the run (steps, tokens, wall time, format errors in a row, context)."""
+        """A limit ended the run (steps, tokens, wall time, format errors or repetitions in a row,
+        context)."""
         return self in _LIMITS
 
 
 _LIMITS = frozenset({ExitReason.MAX_STEPS, ExitReason.TOKEN_BUDGET, ExitReason.WALL_TIME,
-                     ExitReason.FORMAT_ERRORS, ExitReason.CONTEXT_OVERFLOW})  # fmt: skip
+                     ExitReason.FORMAT_ERRORS, ExitReason.CONTEXT_OVERFLOW, ExitReason.STUCK})  # fmt: skip
 _PREFIX = {ExitReason.MODEL_ERROR: "model error", ExitReason.SANDBOX_ERROR: "sandbox error",
            **{r: "limits exceeded" for r in _LIMITS}}  # fmt: skip
 

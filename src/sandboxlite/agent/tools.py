@@ -35,8 +35,8 @@ BINARY_SNIFF_BYTES = 8192
 VIEW_CHUNK = 1 << 20  # view reads files this much at a time (>= BINARY_SNIFF_BYTES: the first read is sniffed)
 MAX_LISTED_OCCURRENCES = 10  # a non-unique old_str: the lines of this many of its occurrences are named
 SNIPPET_CONTEXT_LINES = 4
-# what bash prints when the timeout kills its foreground job ("sandboxlite-shell: line 5:  8 Killed  sleep 5")
-_KILLED_REPORT = re.compile(r"^sandboxlite-shell: line \d+: +\d+ Killed .*\n?", re.MULTILINE)
+# what bash prints when the timeout kills its foreground job ("bash:  8 Killed  sleep 5")
+_KILLED_REPORT = re.compile(r"^bash:(?: line \d+:)? +\d+ Killed .*\n?", re.MULTILINE)
 USE_BASH_FOR_BINARY = "use execute_bash to inspect it (e.g. `file PATH`, `xxd PATH | head`)"
 
 
