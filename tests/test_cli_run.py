@@ -305,3 +305,28 @@ def test_the_trajectory_writer_rewrites_only_what_changed(tmp_path):
     assert json.loads(path.read_text()) == w.data
     w.update(messages=msgs, exit_reason="done", final=True)
     assert json.loads(path.read_text()) == w.data and path.read_text().startswith("{\n")
+
+
+# -- fault 8: a server without a tool-call parser ---------------------------------------------------
+def test_tool_format_text_and_auto_from_the_cli(tmp_path, no_openai_env):
+    call = '<tool_call>{"name": "execute_bash", "arguments": {"command": "echo 42 > /testbed/output/answer.txt"}}</tool_call>'
+    done = '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
+    with S([OK, S.text_reply(call), S.text_reply(done)]) as srv:
+        r = run(str(DEMO), "--model", "m", "--base-url", srv.base_url, "--api-key", "k", "--quiet",
+                "--tool-format", "text", "--output-dir", str(tmp_path / "t"))  # fmt: skip
+        sent = srv.requests[1:]
+    assert r.exit_code == 0 and r.stdout.strip() == "42", r.output
+    assert all("tools" not in q for q in sent) and "<tools>" in sent[0]["messages"][0]["content"]
+    refused = S.error(400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+    with S([OK, refused, S.text_reply(call), S.text_reply(done)]) as srv:
+        r = run(str(DEMO), "--model", "m", "--base-url", srv.base_url, "--api-key", "k", "--quiet",
+                "--tool-format", "auto", "--context-tokens", "8192", "--output-dir", str(tmp_path / "a"))  # fmt: skip
+        sent = srv.requests[1:]
+    assert r.exit_code == 0 and r.stdout.strip() == "42", r.output  # before: the 400 ended the run (exit 3)
+    assert "tools" in sent[0] and "tools" not in sent[1] and "tools" not in sent[2]
+
+
+def test_tool_format_is_refused_for_the_in_process_model():
+    r = run(str(DEMO), "--model", "local:/nope.gguf", "--tool-format", "text")
+    assert r.exit_code == EXIT_USAGE and "--tool-format" in r.stderr
+    assert run(str(DEMO), "--tool-format", "json").exit_code == EXIT_USAGE

@@ -290,6 +290,12 @@ def _on_sigterm(signum, frame):
               help='Override the task\'s rootfs: "auto" (the default), "host", an image name or a directory.')  # fmt: skip
 @click.option("--constrained", type=click.Choice(["retry", "always", "never"]), default=None,
               help="local models: grammar-constrained tool calls (default: retry a turn that did not parse).")
+@click.option("--tool-format", type=click.Choice(["native", "text", "auto"]), default=None,
+              help="Servers: tool calls through the API's tools parameter (native, the default), written as text "
+              "in the reply (text: servers without a tool-call parser), or native until the server refuses "
+              "tools, then text (auto).")
+@click.option("--context-tokens", type=click.IntRange(min=256), default=None,
+              help="Servers: the model's context size; tool outputs are clipped so the next request fits it.")
 @click.option("--output-dir", type=click.Path(file_okay=False), default=None,
               help="Default: ./output/<timestamp>-<task id>/ (a folder that is not empty is refused).")  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Empty a non-empty --output-dir first (only that folder).")
@@ -299,7 +305,7 @@ def _on_sigterm(signum, frame):
 @click.option("--quiet", is_flag=True, help="No step-by-step view.")
 @isolation_option
 def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens, token_budget, extra_body, max_steps,
-        timeout_s, input_dir, network, rootfs, constrained, output_dir, overwrite, prompt_file, mode, quiet,
+        timeout_s, input_dir, network, rootfs, constrained, tool_format, context_tokens, output_dir, overwrite, prompt_file, mode, quiet,
         isolation) -> None:  # fmt: skip
     """Let a model solve TASK.json (or a --query; "-" reads the task from stdin) inside a fresh sandbox;
     outputs land in --output-dir.
@@ -339,7 +345,8 @@ def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens
             max_tokens = RUN_LOCAL_MAX_TOKENS
         model = resolve_model(name, base_url=base_url, api_key=api_key,
                               temperature=temperature, max_tokens=max_tokens, extra_body=extra_body,
-                              constrained=constrained)  # fmt: skip
+                              constrained=constrained, tool_format=tool_format,
+                              context_tokens=context_tokens)  # fmt: skip
         if hasattr(model, "preflight"):  # a bad URL, key or model name fails here, before the sandbox starts
             model.preflight()
         on_step = None if quiet else _print_step
@@ -408,6 +415,11 @@ def _domain_names(spec: str) -> list[str]:
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None,
               help="Cap on the tokens of each model reply, both modes (default: what the context allows).")  # fmt: skip
 @click.option("--sampling-seed", type=int, default=None, help="The sampling seed sent with every request.")
+@click.option("--tool-format", type=click.Choice(["native", "text", "auto"]), default=None,
+              help="Tool calls through the API's tools parameter (native, the default), as text in the reply "
+              "(text), or native until the server refuses tools (auto).")
+@click.option("--context-tokens", type=click.IntRange(min=256), default=None,
+              help="The model's context size; tool outputs are clipped so the next request fits it.")
 @click.option("--extra-body", default=None, metavar="JSON", help="Extra request fields, e.g. '{\"top_k\": 20}'.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="The eval-data folder (default: $SANDBOXLITE_EVAL_DATA, else the cache that "
@@ -446,7 +458,8 @@ def _domain_names(spec: str) -> list[str]:
 @click.option("--resume-anyway", is_flag=True, help="Resume in --output-dir although its settings differ.")
 @click.option("--no-progress", is_flag=True, help="No progress display.")
 @isolation_option
-def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, sampling_seed, extra_body, data_dir, domains,
+def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, sampling_seed, tool_format, context_tokens,
+          extra_body, data_dir, domains,
           task_files, domain_modules, mode, scoring, limit, ids, repeats, seed, workers, max_steps, timeout_s,
           token_budget, rootfs, prompt_file, judge_name, judge_base_url, output_dir, retry_errors, resume_anyway,
           no_progress, isolation) -> None:  # fmt: skip
@@ -489,7 +502,8 @@ def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, samplin
         if extra is not None and not isinstance(extra, dict):
             raise ConfigError("--extra-body", f"expected a JSON object, got {type(extra).__name__}")
         model = resolve_model(model_name, base_url=base_url, api_key=api_key, temperature=temperature, top_p=top_p,
-                              max_tokens=max_tokens, seed=sampling_seed, extra_body=extra)  # fmt: skip
+                              max_tokens=max_tokens, seed=sampling_seed, extra_body=extra, tool_format=tool_format,
+                              context_tokens=context_tokens)  # fmt: skip
         judge = None
         if judge_name:
             from .eval.scoring.judge import LLMJudge

@@ -36,9 +36,14 @@ def resolve_model(
     constrained: str | None = None,
     top_p: float | None = None,
     seed: int | None = None,
+    tool_format: str | None = None,
+    context_tokens: int | None = None,
 ) -> Any:
     """The model ``name`` stands for; sampling settings given as None keep the backend's default
-    (the local model's own, an endpoint's: then not sent)."""
+    (the local model's own, an endpoint's: then not sent).  ``tool_format`` (an endpoint's:
+    "native", "text" or "auto", see ``OpenAIModel``) and ``context_tokens`` (an endpoint's context
+    size, for clipping tool outputs to fit) do not apply to the in-process local model, which
+    always writes its calls as text and knows its own context: giving them for it is an error."""
     from .model import OpenAIModel
 
     if name == "scripted":
@@ -51,8 +56,15 @@ def resolve_model(
         if url:
             served = name.split(":", 1)[1] if ":" in name else "local"
             return OpenAIModel(served, base_url=url, api_key=api_key or "sk-local", temperature=temperature,
-                               top_p=top_p, max_tokens=max_tokens, seed=seed, extra_body=extra_body)  # fmt: skip
+                               top_p=top_p, max_tokens=max_tokens, seed=seed, extra_body=extra_body,
+                               tool_format=tool_format, context_tokens=context_tokens)  # fmt: skip
         from .local import LocalModel, resolve_local
+
+        for option, value in (("--tool-format", tool_format), ("--context-tokens", context_tokens)):
+            if value is not None:
+                raise ConfigError(option, "applies to a model behind an endpoint; the in-process local model always "
+                                  "writes its tool calls as text and knows its context size",
+                                  hint="leave it out, or serve the model and give --base-url")  # fmt: skip
 
         spec = name.split(":", 1)[1] if ":" in name else os.environ.get("SANDBOXLITE_LOCAL_MODEL", "")
         if spec and not Path(spec).expanduser().is_file():
@@ -80,6 +92,8 @@ def resolve_model(
         max_tokens=max_tokens,
         seed=seed,
         extra_body=extra_body,
+        tool_format=tool_format,
+        context_tokens=context_tokens,
     )
 
 
