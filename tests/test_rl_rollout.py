@@ -239,6 +239,18 @@ def test_run_groups_refuses_a_running_loop(pool):
     asyncio.run(inside())
 
 
+def describe(pids: list[int]) -> list:
+    """What the processes ``pids`` are (cmdline, status, parent's cmdline), for a failure message."""
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            out.append((pid, p.cmdline(), p.status(), p.parent().cmdline() if p.parent() else None))
+        except psutil.NoSuchProcess:
+            out.append((pid, "gone"))
+    return out
+
+
 def test_cancellation_releases_every_sandbox():
     """Cancelled mid-policy and mid-tool-call: every sandbox goes back to the pool, processes killed."""
     with SandboxPool(size=4, rootfs="host") as pool:
@@ -266,7 +278,9 @@ def test_cancellation_releases_every_sandbox():
         assert pool.in_use == 0 and pool.idle == 4
         boxes = [pool.acquire() for _ in range(4)]
         for sb in boxes:  # every sandbox is pristine again: no files, no processes
-            assert sb.exec("ls -A /testbed").stdout == b"" and jail_tree(sb) == []
+            assert sb.exec("ls -A /testbed").stdout == b""
+            left = jail_tree(sb)
+            assert left == [], describe(left)  # (it failed now and then: say what was left)
         for sb in boxes:
             pool.release(sb)
 
