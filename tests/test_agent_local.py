@@ -42,8 +42,32 @@ def test_the_grammar_admits_only_the_tools():
     with Sandbox(rootfs="host") as sb:
         schema = tools_grammar_schema(Tools(sb).schemas())
     names = [o["properties"]["name"]["const"] for o in schema["anyOf"]]
-    assert names == ["execute_bash", "str_replace_editor", "submit"]
-    assert all(o["required"] == ["name", "arguments"] for o in schema["anyOf"])
+    assert names == ["execute_bash"] + ["str_replace_editor"] * 4 + ["submit"]
+    assert all(o["required"] == ["name", "arguments"] and o["additionalProperties"] is False for o in schema["anyOf"])
+    editor = {o["properties"]["arguments"]["properties"]["command"]["const"]: o["properties"]["arguments"]
+              for o in schema["anyOf"][1:5]}  # fmt: skip
+    # one variant per command, with what that command needs: a constrained call is never one the tool refuses
+    assert editor["create"]["required"] == ["command", "path", "file_text"]
+    assert editor["insert"]["required"] == ["command", "path", "insert_line", "new_str"]
+    assert set(editor["view"]["properties"]) == {"command", "path", "view_range"}
+    assert editor["view"]["properties"]["path"]["pattern"] == "^/[^\\n]*$"  # absolute
+
+
+@pytest.mark.parametrize("text, ok", [
+    ('{"name": "str_replace_editor", "arguments": {"command": "create", "path": "/testbed/a", "file_text": "x"}}', True),
+    ('{"name": "str_replace_editor", "arguments": {"command": "create", "path": "/testbed/a"}}', False),  # no file_text
+    ('{"name": "str_replace_editor", "arguments": {"command": "view", "path": "numbers.txt"}}', False),  # relative
+    ('{"name": "execute_bash", "arguments": {"command": "ls"}, "submit": "x"}', False),  # a key beside
+    ('{"name": "submit", "arguments": {}}', True),
+])  # fmt: skip
+def test_the_grammar_accepts_exactly_complete_calls(text, ok):
+    """The schema the grammar is compiled from (llama.cpp turns it into the grammar), checked with jsonschema."""
+    import jsonschema  # (the dev extra)
+
+    from sandboxlite.agent.tools import tool_schemas
+
+    valid = jsonschema.Draft202012Validator(tools_grammar_schema(tool_schemas())).is_valid(json.loads(text))
+    assert valid is ok
 
 
 # -- the real model --------------------------------------------------------------------------------

@@ -97,17 +97,29 @@ def resolve_local(name: str) -> LocalModelFile:
 
 
 def tools_grammar_schema(tools: list[dict]) -> dict:
-    """A JSON schema that only admits a call to one of ``tools`` with valid arguments."""
+    """A JSON schema that only admits a complete call to one of ``tools``: its arguments as their
+    schema says, no other keys; paths absolute; for the editor one variant per command with the
+    arguments that command needs (``tools.EDITOR_ARGUMENTS``), so no constrained call is one the
+    tool can only refuse."""
+    from .tools import EDITOR_ARGUMENTS
+
     options = []
     for t in tools:
         fn = t["function"]
         params = fn.get("parameters") or {"type": "object", "properties": {}}
-        options.append({
-            "type": "object",
-            "properties": {"name": {"const": fn["name"]}, "arguments": params},
-            "required": ["name", "arguments"],
-        })  # fmt: skip
+        props = {k: ({**v, "pattern": "^/[^\\n]*$"} if k == "path" and v.get("type") == "string" else v)
+                 for k, v in (params.get("properties") or {}).items()}  # fmt: skip
+        if fn["name"] == "str_replace_editor" and "command" in props:
+            variants = [_object({"command": {"const": cmd}, **{k: props[k] for k in need + extra if k in props}},
+                                ["command", *need]) for cmd, (need, extra) in EDITOR_ARGUMENTS.items()]  # fmt: skip
+        else:
+            variants = [_object(props, list(params.get("required") or []))]
+        options += [_object({"name": {"const": fn["name"]}, "arguments": v}, ["name", "arguments"]) for v in variants]
     return {"anyOf": options}
+
+
+def _object(properties: dict, required: list[str]) -> dict:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
 class LocalModel:

@@ -30,6 +30,14 @@ if TYPE_CHECKING:
     from ..shell import Shell
 
 EDITOR_COMMANDS = ("view", "create", "str_replace", "insert")
+# what each editor command needs and may take beside "command" (as ``_edit`` checks them); a local
+# model's grammar-constrained calls are built from it, so they are complete calls
+EDITOR_ARGUMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "view": (("path",), ("view_range",)),
+    "create": (("path", "file_text"), ()),
+    "str_replace": (("path", "old_str"), ("new_str",)),
+    "insert": (("path", "insert_line", "new_str"), ()),
+}
 MAX_EDIT_BYTES = 64 << 20  # the editor reads files up to this size; bigger ones are for execute_bash
 BINARY_SNIFF_BYTES = 8192
 VIEW_CHUNK = 1 << 20  # view reads files this much at a time (>= BINARY_SNIFF_BYTES: the first read is sniffed)
