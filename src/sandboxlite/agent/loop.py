@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import ContextOverflow, FormatError, LimitsExceeded, ModelError, SandboxError, Submitted, ToolError
 from .outcome import ExitReason, Outcome, StepOutcome
 from .paths import DEFAULT_PATHS
+from .tools import clip_middle
 
 
 def no_tool_call(answer_file: str) -> str:
@@ -280,7 +281,7 @@ class Agent:
             text = msg.get("content")
             is_output = msg.get("role") == "tool" or (msg.get("role") == "user" and "<tool_response>" in (text or ""))
             if is_output and isinstance(text, str) and len(text) > keep_chars:
-                msg["content"] = clip_chars(text, keep_chars, "to fit the context")
+                msg["content"] = clip_middle(text, keep_chars, "dropped to fit the context")[0]
                 shrunk = True
         return shrunk
 
@@ -306,10 +307,9 @@ class Agent:
             if size <= share:
                 continue
             keep = int(len(text) * share / size * 0.9)
-            while keep > 0 and count(clip_chars(text, keep, CLIP_WHY)) > share:
+            while keep > 0 and count(clip_middle(text, keep, CLIP_WHY)[0]) > share:
                 keep = int(keep * 0.8)
-            obs["output"] = clip_chars(text, keep, CLIP_WHY)
-            obs["data"]["clipped_chars"] = len(text) - keep
+            obs["output"], obs["data"]["clipped_chars"] = clip_middle(text, keep, CLIP_WHY)
 
     def _count_repeat(self, step: Step) -> bool | None:
         """Whether this turn repeats the last one (same calls, same results): False (it does not,
@@ -377,7 +377,7 @@ class Agent:
             raise LimitsExceeded(f"wall time {lim.max_wall_s:.0f}s used up", reason=ExitReason.WALL_TIME)
 
 
-CLIP_WHY = "to fit the model's context"
+CLIP_WHY = "dropped to fit the model's context"
 
 
 def _canonical(arguments: str) -> str:
@@ -394,10 +394,3 @@ def estimate_tokens(text: str) -> int:
     symbols = sum(1 for ch in text if not ch.isalpha() and not ch.isspace())
     return symbols + (len(text) - symbols) // 3 + 1
 
-
-def clip_chars(text: str, keep: int, why: str) -> str:
-    """``text`` with its middle cut to ``keep`` characters (head and tail kept) and a note saying so."""
-    if len(text) <= keep:
-        return text
-    half = keep // 2
-    return f"{text[:half]}\n[... {len(text) - keep} characters dropped {why} ...]\n{text[len(text) - (keep - half):]}"

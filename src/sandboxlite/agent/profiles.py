@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadEndpoint, ConfigError
+from ..errors import ConfigError
 
 
 def resolve_model(
@@ -52,7 +52,6 @@ def resolve_model(
         return ScriptedModel()
     if name == "local" or name.startswith("local:"):
         url = base_url or os.environ.get("SANDBOXLITE_LOCAL_URL")
-        _check_url(name, url)
         if url:
             served = name.split(":", 1)[1] if ":" in name else "local"
             return OpenAIModel(served, base_url=url, api_key=api_key or "sk-local", temperature=temperature,
@@ -77,7 +76,6 @@ def resolve_model(
         options = {k: v for k, v in given.items() if v is not None}
         return LocalModel(resolve_local(name), **options)
     base_url = base_url or os.environ.get("OPENAI_BASE_URL")
-    _check_url(name, base_url)
     if not base_url:
         raise ConfigError("model", f"{name!r} is not a local model (local, local:/path/model.gguf) nor scripted, "
                           "and no endpoint is given for it",
@@ -96,11 +94,3 @@ def resolve_model(
         context_tokens=context_tokens,
     )
 
-
-def _check_url(name: str, url: str | None) -> None:
-    """A base URL that is no http(s) URL is bad input, found before any request (``BadEndpoint``)."""
-    from .model import _HTTP_URL
-
-    if url and not _HTTP_URL.match(url):
-        raise BadEndpoint("base_url", f"model {name!r}: {url!r} is not an http:// or https:// URL",
-                          hint="give the endpoint's URL, e.g. --base-url http://localhost:8000/v1")  # fmt: skip

@@ -180,8 +180,9 @@ def _escape_surrogate(m: re.Match) -> str:
     return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"\\u{c:04x}"
 
 
-def clip_middle(text: str, limit: int) -> tuple[str, int]:
-    """Keep the head and tail of ``text`` (about ``limit`` characters in all).
+def clip_middle(text: str, limit: int, why: str = "omitted") -> tuple[str, int]:
+    """Keep the head and tail of ``text`` (about ``limit`` characters in all), with a note in the
+    middle: "[... N characters {why} ...]".
 
     Returns the text and how many characters were left out (0 if none).
     """
@@ -190,7 +191,7 @@ def clip_middle(text: str, limit: int) -> tuple[str, int]:
     head = limit // 2
     tail = limit - head
     omitted = len(text) - head - tail
-    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail:]}", omitted
+    return f"{text[:head]}\n[... {omitted} characters {why} ...]\n{text[len(text) - tail:]}", omitted
 
 
 def _split_lines(text: str) -> list[str]:
