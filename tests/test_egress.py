@@ -127,3 +127,15 @@ def test_the_connection_cap(proxy, origin):
         assert r.startswith(b"HTTP/1.1 429") and b"1 connections are open" in r
     finally:
         held.close()
+
+
+def test_removing_a_sandbox_ends_its_open_connections(proxy, origin):
+    path = proxy.add("sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
+    held = socket.socket(socket.AF_UNIX)
+    held.settimeout(5)
+    held.connect(str(path))
+    held.sendall(f"CONNECT pkg.test:{origin} HTTP/1.1\r\n\r\n".encode())
+    assert held.recv(100).startswith(b"HTTP/1.1 200")
+    proxy.remove("sb1")
+    assert held.recv(100) == b""  # the tunnel is closed, not left open past its sandbox
+    held.close()

@@ -68,7 +68,7 @@ class _Tenant:
     listener: socket.socket
     path: Path
     log: list[Request] = field(default_factory=list)
-    open_connections: int = 0
+    connections: set = field(default_factory=set)  # the client sockets being served
     bytes_used: int = 0
 
 
@@ -127,6 +127,13 @@ class EgressProxy:
         if tenant is None:
             return []
         _close_listener(tenant)
+        with self._lock:
+            open_ = list(tenant.connections)
+        for conn in open_:  # their threads see the end of the stream and finish
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         return list(tenant.log)
 
     def log(self, sandbox: str) -> list[Request]:
@@ -137,9 +144,9 @@ class EgressProxy:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            tenants, self._tenants = list(self._tenants.values()), {}
-        for t in tenants:
-            _close_listener(t)
+            names = list(self._tenants)
+        for name in names:
+            self.remove(name)
         try:
             os.rmdir(self._dir)
         except OSError:
@@ -159,9 +166,9 @@ class EgressProxy:
             except OSError:  # closed
                 return
             with self._lock:
-                full = tenant.open_connections >= tenant.limits.max_connections
+                full = len(tenant.connections) >= tenant.limits.max_connections
                 if not full:
-                    tenant.open_connections += 1
+                    tenant.connections.add(conn)
             if full:
                 _answer(conn, 429, f"sandboxlite egress: {tenant.limits.max_connections} connections are open "
                         "already (this sandbox's limit)")  # fmt: skip
@@ -208,7 +215,7 @@ class EgressProxy:
             pass
         finally:
             with self._lock:
-                tenant.open_connections -= 1
+                tenant.connections.discard(conn)
             conn.close()
 
     def _connect(self, host: str, port: int) -> tuple[socket.socket | None, str]:
