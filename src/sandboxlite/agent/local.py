@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError, ModelError, SetupError
-from .model import AssistantMessage, parse_text_tool_calls
+from .model import USAGE_KEYS, AssistantMessage, parse_text_tool_calls
 from .textcalls import render_text_tools
 
 INSTALL_HINT = "pip install 'sandboxlite[local]'   (compiles llama.cpp: about 5 minutes on 2 cores, once)"
@@ -198,7 +198,7 @@ class LocalModel:
             why = error.message if error is not None else "no tool call"
             discarded.append({"content": text, "error": why, "finish_reason": finish, "usage": usage})
             text, usage2, finish = self._generate(prompt, self._grammar(tools))
-            usage = {k: usage.get(k, 0) + usage2[k] if k in USAGE_SUMS else usage2[k] for k in usage2}
+            usage = {k: usage.get(k, 0) + usage2[k] if k in USAGE_KEYS else usage2[k] for k in usage2}  # rates: the retry's
             usage["constrained_retry"] = 1
             calls, error = self._parse(text, known)
         if error is not None and not calls:
@@ -247,7 +247,7 @@ class LocalModel:
         seconds = time.monotonic() - t0
         text = r["choices"][0]["message"].get("content") or ""
         u = r.get("usage") or {}
-        usage = {k: int(u.get(k, 0)) for k in USAGE_SUMS}
+        usage = {k: int(u.get(k, 0)) for k in USAGE_KEYS}
         if perf is not None:  # llama.cpp's own counters: the prompt tokens it evaluated (not those its cache kept), and decode
             d = perf.llama_perf_context(ctx)
             usage["prefill_tokens_per_s"] = round(d.n_p_eval / (d.t_p_eval_ms / 1000), 1) if d.t_p_eval_ms > 0 else 0.0
@@ -255,9 +255,6 @@ class LocalModel:
         else:  # (an older llama-cpp-python) one rate, prefill included
             usage["tokens_per_s"] = round(usage["completion_tokens"] / seconds, 1) if seconds > 0 else 0.0
         return text, usage, r["choices"][0].get("finish_reason")
-
-
-USAGE_SUMS = ("prompt_tokens", "completion_tokens", "total_tokens")  # summed over a retry; rates are the last's
 
 
 def usable_cores() -> int:
