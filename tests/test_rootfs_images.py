@@ -1,5 +1,6 @@
 """Built images: profiles, the mmdebstrap plan, manifests, verify, export/import, and the real lean image."""
 
+import dataclasses
 import json
 import os
 import stat
@@ -275,3 +276,26 @@ def test_science_is_the_default_and_has_the_papers_stack(science):
         assert r.exit_code == 0 and b"building the font cache" not in r.stderr, r.stderr_text
         assert sb.read_file("/testbed/p.png").startswith(b"\x89PNG")
         assert sb.exec("echo $MPLBACKEND").stdout == b"Agg\n"
+
+
+def test_images_record_their_recipe_and_an_older_one_is_stale(tmp_path, monkeypatch):
+    """``rootfs verify --current`` (what setup runs) fails for an image built from another recipe,
+    so a changed profile or hook (the installers hook: pip without PEP 668's refusal) is rebuilt."""
+    from sandboxlite.rootfs import manage
+    from sandboxlite.rootfs.manifest import write_manifest
+
+    p = build.load_profile("lean")
+    digest = build.recipe_digest(p)
+    assert digest.startswith("sha256:") and digest == build.recipe_digest(build.load_profile("lean"))
+    assert digest != build.recipe_digest(build.load_profile("science"))
+    assert digest != build.recipe_digest(dataclasses.replace(p, hooks=p.hooks + ("matplotlib-cache",)))
+    assert "installers" in build.ALWAYS_HOOKS and "EXTERNALLY-MANAGED" in build.HOOKS["installers"]
+    monkeypatch.setenv("SANDBOXLITE_HOME", str(tmp_path))
+    img = tmp_path / "rootfs" / "lean"
+    (img / "root").mkdir(parents=True)
+    write_manifest(img, name="lean", profile=p, recipe=digest)
+    assert manage.stale_recipe("lean") == ""
+    write_manifest(img, name="lean", profile=p)  # built before recipes were recorded
+    assert "an older recipe of profile 'lean'" in manage.stale_recipe("lean")
+    write_manifest(img, name="lean", profile=p, recipe="sha256:0")
+    assert "another recipe" in manage.stale_recipe("lean")

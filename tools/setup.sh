@@ -134,7 +134,8 @@ fi
 # small "lean" one (~40 s); both cached, both used by the tests
 if have mmdebstrap && have zstd && { [ $ROOT -eq 1 ] || have newuidmap; }; then
   for image in lean science; do
-    if ! .venv/bin/sandboxlite rootfs verify "$image" >/dev/null 2>&1; then
+    # rebuilt when modified, or built from an older recipe (a profile or hook changed since)
+    if ! .venv/bin/sandboxlite rootfs verify --current "$image" >/dev/null 2>&1; then
       .venv/bin/sandboxlite rootfs build "$image" --force || problems+=("building the $image image (above)")
     elif [ $ROOT -eq 1 ]; then
       .venv/bin/sandboxlite rootfs chown "$image"   # an image built before the sandboxlite user existed

@@ -12,6 +12,7 @@ which needs the ``uidmap`` package and a subordinate id range in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -49,10 +50,15 @@ HOOKS = {
     # `import matplotlib.pyplot`)
     "matplotlib-cache": 'echo "backend: Agg" > "$1/etc/matplotlibrc" && '
     'chroot "$1" env HOME=/root MPLBACKEND=Agg python3 -c "import matplotlib.pyplot"',
+    # a sandbox's root is copy-on-write and thrown away on reset: pip installs into it (no PEP 668
+    # "externally-managed-environment" refusal), and apt downloads as root (a sandbox maps no
+    # _apt user); the proxy comes from HTTP(S)_PROXY, set only under network="allow:..."
+    "installers": 'rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED && mkdir -p "$1/etc/apt/apt.conf.d" && '
+    'echo \'APT::Sandbox::User "root";\' > "$1/etc/apt/apt.conf.d/90sandboxlite"',
     # apt and dpkg leftovers that only take space
     "clean": 'rm -rf "$1/var/lib/apt/lists/"* "$1/var/cache/apt/"*.bin "$1/var/log/"*.log',
 }
-ALWAYS_HOOKS = ("no-setuid", "mount-points")
+ALWAYS_HOOKS = ("no-setuid", "mount-points", "installers")
 FINAL_HOOKS = ("clean",)
 
 
@@ -97,6 +103,13 @@ def load_profile(name: str, _seen: tuple[str, ...] = ()) -> Profile:
                        data.get("variant", base.variant), packages, hooks)  # fmt: skip
     return Profile(name, data.get("description", ""), data.get("suite", "bookworm"), data.get("variant", "apt"),
                    tuple(data.get("packages", [])), tuple(data.get("hooks", [])))  # fmt: skip
+
+
+def recipe_digest(profile: Profile) -> str:
+    """What an image is built from (its mmdebstrap options: packages, hooks, suite; not the mode
+    or the mirror), hashed: an image whose manifest records another was built from another recipe."""
+    argv = mmdebstrap_argv(profile, "-", mode="root")
+    return "sha256:" + hashlib.sha256(json.dumps(argv[2:-1]).encode()).hexdigest()
 
 
 def build_mode() -> str:
@@ -215,7 +228,8 @@ def build(
         give_to_sandbox_user(work / "root")
         seconds = time.monotonic() - start
         print(f"built in {seconds:.1f}s; hashing the tree for the manifest ...", file=out, flush=True)
-        write_manifest(work, name=name, profile=profile, build_seconds=seconds, mode=mode)
+        write_manifest(work, name=name, profile=profile, build_seconds=seconds, mode=mode,
+                       recipe=recipe_digest(profile))
         if final.exists():
             remove_tree(final)
         os.rename(work, final)

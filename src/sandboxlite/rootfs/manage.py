@@ -66,6 +66,22 @@ def verify(name: str) -> Verification:
     return verify_tree(image_dir(name))
 
 
+def stale_recipe(name: str) -> str:
+    """Why image ``name`` is not what its profile builds now ("" when it is, or when it was not
+    built from a profile of that name: an adopted or imported image of another name)."""
+    from .build import load_profile, profile_names, recipe_digest
+
+    manifest = read_manifest(image_dir(name))
+    profile = manifest.get("profile")
+    if profile not in profile_names() or manifest.get("source") != "mmdebstrap":
+        return ""
+    want = recipe_digest(load_profile(profile))
+    have = manifest.get("recipe")
+    if have == want:
+        return ""
+    return f"it was built from {'an older' if have is None else 'another'} recipe of profile {profile!r} ({have or 'unrecorded'}, now {want})"
+
+
 def give(name: str) -> None:
     """Hand an image to the uid sandboxes run as (a root caller's copy-on-write root needs it)."""
     give_to_sandbox_user(image_dir(name) / "root")

@@ -91,7 +91,7 @@ def _packages(root: Path) -> dict[str, str]:
 
 
 def write_manifest(image: Path, *, name: str, profile: Any = None, build_seconds: float | None = None,
-                   mode: str | None = None, source: str = "mmdebstrap") -> dict:  # fmt: skip
+                   mode: str | None = None, source: str = "mmdebstrap", recipe: str | None = None) -> dict:  # fmt: skip
     """Hash the tree under ``image/root`` and write ``manifest.json`` and ``files.tsv``."""
     root = image / "root"
     entries = tree_entries(root)
@@ -104,6 +104,7 @@ def write_manifest(image: Path, *, name: str, profile: Any = None, build_seconds
         "profile": getattr(profile, "name", profile),
         "description": getattr(profile, "description", ""),
         "suite": getattr(profile, "suite", None),
+        "recipe": recipe,  # build.recipe_digest of the profile it was built from
         "source": source,
         "build_mode": mode,
         "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
