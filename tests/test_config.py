@@ -59,3 +59,39 @@ def test_replace_revalidates():
     c = SandboxConfig()
     with pytest.raises(ConfigError):
         c.replace(network="everything")
+
+
+def test_network_modes_allowlists_and_their_environment():
+    from sandboxlite.config import PROXY_URL, base_env
+
+    c = SandboxConfig(network="allow:pypi,*.example.org:8443")
+    assert [r.source for r in c.policy.rules] == ["preset pypi", "preset pypi", "*.example.org:8443"]
+    env = base_env(c)
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        assert env[name] == PROXY_URL
+    assert "127.0.0.1" in env["NO_PROXY"] and env["PIP_ROOT_USER_ACTION"] == "ignore"
+    assert not any("proxy" in k.lower() or k.startswith("PIP_") for k in base_env(SandboxConfig()))
+    assert not any("proxy" in k.lower() for k in base_env(SandboxConfig(network="host")))
+    # the caller's own env wins
+    assert base_env(c.replace(env={"HTTPS_PROXY": "http://elsewhere"}))["HTTPS_PROXY"] == "http://elsewhere"
+    assert c.replace(network="none").policy is None
+    for bad, words in (("allow:", "empty rule"), ("allow:nosuch", "unknown preset"), ("allow:10.0.0.1", "IP address"),
+                       ("allow:*.org", "too wide"), ("all", "must be none, host or allow")):  # fmt: skip
+        with pytest.raises(ConfigError, match=words):
+            SandboxConfig(network=bad)
+
+
+def test_exposed_ports_and_egress_limits_are_checked():
+    assert SandboxConfig(expose=[8000, 9000]).expose == (8000, 9000)
+    for bad, words in (([0], "list of ports"), ([70000], "list of ports"), (8000, "list of ports"),
+                       ([True], "list of ports"), ([80, 80], "listed twice")):  # fmt: skip
+        with pytest.raises(ConfigError, match=words):
+            SandboxConfig(expose=bad)
+    with pytest.raises(ConfigError, match="on the host's network already"):
+        SandboxConfig(network="host", expose=[8000])
+    with pytest.raises(ConfigError, match="egress proxy's"):
+        SandboxConfig(network="allow:pypi", expose=[3128])
+    assert SandboxConfig(limits={"egress_mb": 5, "egress_connections": 2}).limits.egress_mb == 5
+    for field in ("egress_mb", "egress_connections"):
+        with pytest.raises(ConfigError, match=f"limits.{field}"):
+            SandboxConfig(limits={field: 0})

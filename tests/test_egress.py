@@ -1,9 +1,12 @@
 """The egress proxy (issue 20, step 2), on loopback: a real HTTP server on 127.0.0.1 stands for the
 internet, reached under reserved names (.test) through a resolver given to the proxy; a client
-speaks to the proxy's unix socket as curl or pip would through HTTP(S)_PROXY."""
+speaks to a listener the proxy serves as curl or pip would through HTTP(S)_PROXY (here a unix
+socket; a sandbox's is a loopback socket in its namespace: tests/test_network_allow.py)."""
 
 import http.server
+import itertools
 import socket
+import tempfile
 import threading
 
 import pytest
@@ -44,6 +47,20 @@ def proxy():
         yield p
 
 
+_DIR = tempfile.mkdtemp(prefix="egress-test-")
+_N = itertools.count()
+
+
+def serve(proxy, sandbox, policy, limits=None):
+    """Have ``proxy`` serve ``sandbox`` on a unix listener of its own; its path."""
+    path = f"{_DIR}/{next(_N)}.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(16)
+    proxy.add(sandbox, policy, limits, listener=listener)
+    return path
+
+
 def ask(path, raw: bytes) -> bytes:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(10)
@@ -56,7 +73,7 @@ def ask(path, raw: bytes) -> bytes:
 
 
 def test_plain_http_to_an_allowed_host_is_relayed_and_logged(proxy, origin):
-    path = proxy.add("sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
+    path = serve(proxy, "sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
     r = ask(path, f"GET http://pkg.test:{origin}/a HTTP/1.1\r\nHost: pkg.test:{origin}\r\n\r\n".encode())
     assert r.startswith(b"HTTP/1.0 200") and r.endswith(BODY) and f"X-Host-Seen: pkg.test:{origin}".encode() in r
     (entry,) = proxy.log("sb1")
@@ -65,7 +82,7 @@ def test_plain_http_to_an_allowed_host_is_relayed_and_logged(proxy, origin):
 
 
 def test_connect_relays_bytes_both_ways(proxy, origin):
-    path = proxy.add("sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
+    path = serve(proxy, "sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
     r = ask(path, f"CONNECT pkg.test:{origin} HTTP/1.1\r\n\r\nGET / HTTP/1.0\r\n\r\n".encode())
     assert r.startswith(b"HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.0 200") and r.endswith(BODY)
 
@@ -82,7 +99,7 @@ def test_connect_relays_bytes_both_ways(proxy, origin):
     ("GET http://user@pkg.test:{port}/ HTTP/1.1\r\n\r\n", 400, "names no host"),
 ])  # fmt: skip
 def test_denied_requests_say_why(proxy, origin, request_, status, words):
-    path = proxy.add("sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
+    path = serve(proxy, "sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
     r = ask(path, request_.format(port=origin).encode())
     assert r.startswith(f"HTTP/1.1 {status}".encode()), r
     assert words.format(port=origin).encode() in r and b"X-Sandboxlite-Egress: denied" in r
@@ -90,34 +107,34 @@ def test_denied_requests_say_why(proxy, origin, request_, status, words):
 
 def test_a_name_that_resolves_to_loopback_is_refused_by_a_real_proxy(origin):
     with EgressProxy(resolver=resolver) as p:  # allow_loopback False: as in production
-        path = p.add("sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
+        path = serve(p, "sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
         r = ask(path, f"CONNECT pkg.test:{origin} HTTP/1.1\r\n\r\n".encode())
         assert r.startswith(b"HTTP/1.1 502") and b"not public (127.0.0.1)" in r
         assert not p.log("sb1")[0].allowed
 
 
 def test_each_sandbox_has_its_own_socket_policy_and_log(proxy, origin):
-    a = proxy.add("a", Policy.parse(f"allow:pkg.test:{origin}", {}))
-    b = proxy.add("b", Policy.parse(f"allow:other.test:{origin}", {}))
+    a = serve(proxy, "a", Policy.parse(f"allow:pkg.test:{origin}", {}))
+    b = serve(proxy, "b", Policy.parse(f"allow:other.test:{origin}", {}))
     assert a != b
     assert ask(a, f"CONNECT other.test:{origin} HTTP/1.1\r\n\r\n".encode()).startswith(b"HTTP/1.1 403")
     assert ask(b, f"CONNECT other.test:{origin} HTTP/1.1\r\n\r\nGET / HTTP/1.0\r\n\r\n".encode()).endswith(BODY)
     assert [e.host for e in proxy.log("a")] == ["other.test"] and [e.allowed for e in proxy.log("b")] == [True]
     log = proxy.remove("a")
-    assert len(log) == 1 and not a.exists()
-    with pytest.raises(OSError):
+    assert len(log) == 1 and proxy.tenants() == ["b"]
+    with pytest.raises(OSError):  # its listener is closed: nothing accepts
         ask(a, b"CONNECT pkg.test:1 HTTP/1.1\r\n\r\n")
 
 
 def test_the_byte_cap_cuts_the_connection(proxy, origin):
-    path = proxy.add("sb1", Policy.parse(f"allow:pkg.test:{origin}", {}), EgressLimits(max_bytes=2000))
+    path = serve(proxy, "sb1", Policy.parse(f"allow:pkg.test:{origin}", {}), EgressLimits(max_bytes=2000))
     r = ask(path, f"GET http://pkg.test:{origin}/ HTTP/1.1\r\nHost: pkg.test:{origin}\r\n\r\n".encode())
     assert len(r) < len(BODY)
     assert "limit of 2000 bytes" in proxy.log("sb1")[0].why
 
 
 def test_the_connection_cap(proxy, origin):
-    path = proxy.add("sb1", Policy.parse(f"allow:pkg.test:{origin}", {}), EgressLimits(max_connections=1))
+    path = serve(proxy, "sb1", Policy.parse(f"allow:pkg.test:{origin}", {}), EgressLimits(max_connections=1))
     held = socket.socket(socket.AF_UNIX)
     held.connect(str(path))
     held.sendall(f"CONNECT pkg.test:{origin} HTTP/1.1\r\n\r\n".encode())
@@ -130,7 +147,7 @@ def test_the_connection_cap(proxy, origin):
 
 
 def test_removing_a_sandbox_ends_its_open_connections(proxy, origin):
-    path = proxy.add("sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
+    path = serve(proxy, "sb1", Policy.parse(f"allow:pkg.test:{origin}", {}))
     held = socket.socket(socket.AF_UNIX)
     held.settimeout(5)
     held.connect(str(path))
@@ -139,3 +156,20 @@ def test_removing_a_sandbox_ends_its_open_connections(proxy, origin):
     proxy.remove("sb1")
     assert held.recv(100) == b""  # the tunnel is closed, not left open past its sandbox
     held.close()
+
+
+def test_a_restart_ends_the_episode_s_connections_and_starts_its_log_and_bytes_again(proxy, origin):
+    path = serve(proxy, "sb1", Policy.parse(f"allow:pkg.test:{origin}", {}), EgressLimits(max_bytes=9000))
+    get = f"GET http://pkg.test:{origin}/ HTTP/1.1\r\nHost: pkg.test:{origin}\r\n\r\n".encode()
+    assert ask(path, get).endswith(BODY)
+    held = socket.socket(socket.AF_UNIX)
+    held.settimeout(5)
+    held.connect(str(path))
+    held.sendall(f"CONNECT pkg.test:{origin} HTTP/1.1\r\n\r\n".encode())
+    assert held.recv(100).startswith(b"HTTP/1.1 200")
+    old = proxy.restart("sb1")
+    assert [e.allowed for e in old] == [True, True] and proxy.log("sb1") == []
+    assert held.recv(100) == b""
+    held.close()
+    assert ask(path, get).endswith(BODY)  # 5000 more bytes fit: the count started again at 0
+    assert len(proxy.log("sb1")) == 1

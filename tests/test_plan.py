@@ -249,3 +249,35 @@ def test_hostname_none_sets_none():
     assert "HOSTNAME" not in base_env(SandboxConfig(hostname=None))
     with pytest.raises(Exception, match="1-64 characters or None"):
         SandboxConfig(hostname="")
+
+
+def test_an_allowlist_keeps_a_namespace_of_its_own_and_trusts_the_host_s_cas(tmp_path):
+    """network="allow:..." is network "none" plus the proxy: the same namespace decisions (pooled
+    or bwrap's, never the host's), and the host's CA bundle over the image's, read-only."""
+    from sandboxlite.netns import NetnsPool
+    from sandboxlite.plan import SANDBOX_CA_BUNDLE
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    host = dataclasses.replace(ROOT, netns=NetnsPool(4, make=lambda: 0), ca_bundle=str(ca))
+    allow = SandboxConfig(network="allow:pypi")
+    assert plan(allow, host, PLAN, image_owner=999, netns_ready=True).netns == "pooled"
+    own = plan(allow, dataclasses.replace(USER, ca_bundle=str(ca)), PLAN)
+    assert own.netns == "bwrap" and "--unshare-net" in own.argv
+    a = list(own.argv)
+    i = a.index(str(ca))
+    assert a[i - 1 : i + 2] == ["--ro-bind", str(ca), SANDBOX_CA_BUNDLE]
+    # without an allowlist, or without a bundle on the host, or with the caller's own: none of ours
+    for config, h in ((SandboxConfig(), dataclasses.replace(USER, ca_bundle=str(ca))), (allow, USER),
+                      (allow.replace(mounts=[f"{tmp_path}:{SANDBOX_CA_BUNDLE}"]),
+                       dataclasses.replace(USER, ca_bundle=str(ca)))):  # fmt: skip
+        assert str(ca) not in plan(config, h, PLAN).argv
+
+
+def test_an_allowlist_or_exposed_ports_are_refused_without_a_network_namespace():
+    from sandboxlite.errors import ConfigError
+    from sandboxlite.plan import check_landlock
+
+    with pytest.raises(ConfigError, match="no network namespace of its own"):
+        check_landlock(SandboxConfig(network="allow:pypi", rootfs="host"))
+    check_landlock(SandboxConfig(network="host", rootfs="host"))

@@ -70,7 +70,8 @@ def env(pool):
 # -- reset --------------------------------------------------------------------------------------------
 def test_reset_gives_the_agents_prompts_and_a_prepared_sandbox(env, pool):
     obs, info = env.reset(seed=3, options={"task": SUM})
-    system, instance = PromptTemplate.load(None).render(SUM.query, dict(SUM.input_files))
+    system, instance = PromptTemplate.load(None).render(SUM.query, dict(SUM.input_files), network="none")
+    assert "there is no network" in system
     assert obs == [{"role": "system", "content": system}, {"role": "user", "content": instance}]
     assert "/testbed/input/n.txt (6 bytes)" in instance
     assert info["task_id"] == "sum" and info["limits"]["max_steps"] == SUM.max_steps and info["reset_s"] > 0

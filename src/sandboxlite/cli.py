@@ -97,6 +97,25 @@ def isolation_option(f):
                         "none (for locked-down containers; weaker, see SECURITY.md).")(f)  # fmt: skip
 
 
+class NetworkMode(click.ParamType):
+    """``none``, ``host`` or ``allow:RULE,...`` (checked here: an unknown preset is a usage error)."""
+
+    name = "none|host|allow:RULES"
+
+    def convert(self, value, param, ctx):
+        from .config import check_network
+
+        try:
+            check_network(value, f"--{param.name}" if param is not None else "network")
+        except ConfigError as e:
+            self.fail(e.message.split(": ", 1)[-1] + (f" ({e.hint})" if e.hint else ""), param, ctx)
+        return value
+
+
+NETWORK_HELP = ("none (only loopback), host (the host's network, its loopback services included) or "
+                "allow:RULE,... (only these hosts, through the egress proxy: names, *.domain, presets pypi and debian)")
+
+
 def _use_isolation(isolation: str) -> None:
     """``run`` and ``eval`` start their sandboxes deep inside: the process's default says it."""
     if isolation != "auto":
@@ -125,13 +144,15 @@ def paper(args) -> None:
 @click.option("--rootfs", default="auto", show_default=True, help='"auto", "host", an image name or a directory.')
 @click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:ro|rw]", help="Show a host path inside (repeatable).")
 @click.option("--timeout", type=float, default=None, help="Seconds before the command is killed (exit code 124).")
-@click.option("--network", type=click.Choice(["none", "host"]), default="none", show_default=True)
+@click.option("--network", type=NetworkMode(), default="none", show_default=True, help=NETWORK_HELP)
+@click.option("--network-log", type=click.Path(dir_okay=False, allow_dash=True), default=None, metavar="FILE",
+              help="With allow:..., write the egress requests there (JSON lines; - prints them to stderr).")
 @click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Set an environment variable (repeatable).")
 @click.option("--workdir", default="/testbed", show_default=True)
 @click.option("--memory-mb", type=int, default=None, help="Memory limit in MiB.")
 @isolation_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(rootfs, mounts, timeout, network, envs, workdir, memory_mb, isolation, command) -> None:
+def exec_(rootfs, mounts, timeout, network, network_log, envs, workdir, memory_mb, isolation, command) -> None:
     """Run COMMAND in a fresh sandbox and pass its exit code through.
 
     Example: sandboxlite exec -- python3 -c 'print(6*7)'
@@ -160,9 +181,16 @@ def exec_(rootfs, mounts, timeout, network, envs, workdir, memory_mb, isolation,
         stdin = None if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
         with Sandbox(config) as sb:
             result = sb.exec(list(command), stdin=stdin)
+        requests = sb.network_log()
     except SandboxError as e:
         _fail(e)
         return
+    if network_log == "-":
+        for r in requests:
+            click.echo(f"sandboxlite: egress: {r.line()}", err=True)
+    elif network_log is not None:
+        with open(network_log, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r.as_dict()) + "\n" for r in requests)
     sys.stdout.buffer.write(result.stdout)
     sys.stdout.buffer.flush()
     sys.stderr.buffer.write(result.stderr)
@@ -284,8 +312,8 @@ def _on_sigterm(signum, frame):
               help="Wall time of the whole run (overrides the task's timeout_s; default 1800).")  # fmt: skip
 @click.option("--input-dir", type=click.Path(file_okay=False, exists=True), default=None,
               help="A host folder copied to the task's input_path (replaces the task's input_files / input_dir).")  # fmt: skip
-@click.option("--network", type=click.Choice(["none", "host"]), default=None,
-              help="Override the task's network (default none).")  # fmt: skip
+@click.option("--network", type=NetworkMode(), default=None,
+              help="Override the task's network (default none): " + NETWORK_HELP + ".")  # fmt: skip
 @click.option("--rootfs", default=None,
               help='Override the task\'s rootfs: "auto" (the default), "host", an image name or a directory.')  # fmt: skip
 @click.option("--constrained", type=click.Choice(["retry", "always", "never"]), default=None,
@@ -447,6 +475,8 @@ def _domain_names(spec: str) -> list[str]:
               help="Seconds per task.")  # fmt: skip
 @click.option("--token-budget", type=click.IntRange(min=1), default=None, help="Cap on all tokens of one task.")
 @click.option("--rootfs", default="auto", show_default=True)
+@click.option("--network", type=NetworkMode(), default="none", show_default=True,
+              help="Every sandbox's network: " + NETWORK_HELP + ".")  # fmt: skip
 @click.option("--prompt", "prompt_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="A prompt template file ([system] and [instance] sections), for both modes.")  # fmt: skip
 @click.option("--judge", "judge_name", default=None, help="An LLM judge (physics, long_context), on --judge-base-url.")
@@ -461,7 +491,7 @@ def _domain_names(spec: str) -> list[str]:
 def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, sampling_seed, tool_format, context_tokens,
           extra_body, data_dir, domains,
           task_files, domain_modules, mode, scoring, limit, ids, repeats, seed, workers, max_steps, timeout_s,
-          token_budget, rootfs, prompt_file, judge_name, judge_base_url, output_dir, retry_errors, resume_anyway,
+          token_budget, rootfs, network, prompt_file, judge_name, judge_base_url, output_dir, retry_errors, resume_anyway,
           no_progress, isolation) -> None:  # fmt: skip
     """Score a model on the paper's domains (or yours), in the sandbox and/or answering directly.
 
@@ -514,7 +544,7 @@ def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, samplin
                          modes=["sandbox", "vanilla"] if mode == "both" else ["vanilla" if mode == "llm" else mode],
                          limit=limit, ids=[i.strip() for i in ids.split(",")] if ids else None, repeats=repeats,
                          seed=seed, workers=workers, max_steps=max_steps, timeout_s=timeout_s,
-                         token_budget=token_budget, rootfs=rootfs, prompt=prompt_file, scoring=scoring,
+                         token_budget=token_budget, rootfs=rootfs, network=network, prompt=prompt_file, scoring=scoring,
                          retry_errors=retry_errors, resume_anyway=resume_anyway)  # fmt: skip
         progress = None if no_progress or not sys.stderr.isatty() else _eval_progress()
         try:
@@ -676,12 +706,20 @@ def rootfs_list() -> None:
 
 @rootfs.command("verify")
 @click.argument("name")
+@click.option("--current", is_flag=True, help="Also fail (exit 1) when NAME was built from another recipe than "
+              "its profile's now (setup uses this to rebuild images after an upgrade).")
 @_errors_to_exit_codes
-def rootfs_verify(name) -> None:
+def rootfs_verify(name, current) -> None:
     """Recompute NAME's digest; list the files that changed."""
     from .rootfs import manage
 
     v = manage.verify(name)
+    if v.ok and current:
+        stale = manage.stale_recipe(name)
+        if stale:
+            click.echo(f"{name}: ok ({v.actual}), but {stale}")
+            click.echo(f"Hint: rebuild it: sandboxlite rootfs build {name} --force", err=True)
+            sys.exit(1)
     if v.ok:
         click.echo(f"{name}: ok ({v.actual})")
         return

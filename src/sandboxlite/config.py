@@ -16,9 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
+from .netpolicy import PREFIX, Policy
 from .protocol import MAX_BINDS
 
+# and "allow:<rules>": only the hosts the rules name, through the egress proxy (netpolicy.py)
 NETWORK_MODES = ("none", "host")
+PROXY_PORT = 3128  # where a sandbox with an allowlist reaches the egress proxy, on its own 127.0.0.1
+PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 CGROUP_MODES = ("auto", "off", "required")
 # "auto": $SANDBOXLITE_ISOLATION, else namespaces (never Landlock without being asked: it is weaker)
 ISOLATION_MODES = ("auto", "namespaces", "landlock")
@@ -98,12 +102,17 @@ class Limits:
     output_bytes: int = 1 << 20  # stdout and stderr are each capped at this many bytes
     # pseudo-terminals open at once: every sandbox's devpts draws on the machine-wide kernel.pty.max
     ptys: int = 32
+    # network="allow:...": what the egress proxy relays for one sandbox (both directions, per
+    # episode: a reset starts again) and how many connections it keeps open at once
+    egress_mb: int = 1024
+    egress_connections: int = 16
 
     def __post_init__(self) -> None:
         _positive("limits.timeout_s", self.timeout_s, optional=False, kind=float)
         for name in ("cpu_s", "memory_mb", "pids", "fsize_mb"):
             _positive(f"limits.{name}", getattr(self, name), optional=True)
-        for name in ("nofile", "tmp_mb", "testbed_mb", "overlay_mb", "output_bytes", "ptys"):
+        for name in ("nofile", "tmp_mb", "testbed_mb", "overlay_mb", "output_bytes", "ptys", "egress_mb",
+                     "egress_connections"):  # fmt: skip
             _positive(f"limits.{name}", getattr(self, name), optional=False)
         if self.pids is not None and self.pids < 8:
             raise ConfigError("limits.pids", f"must be at least 8 (the jail needs a few), got {self.pids}")
@@ -120,7 +129,14 @@ class SandboxConfig:
         ``"host"`` (the host's /usr and a minimal /etc, read-only), the name of a
         built image, or a path to a root filesystem directory.
     mounts: host paths to show inside (``Mount`` objects or ``"SRC:DST[:ro|rw]"``).
-    network: ``"none"`` (only ``lo``) or ``"host"``.
+    network: ``"none"`` (only ``lo``), ``"host"`` (the host's network, its loopback services
+        included), or ``"allow:<rules>"``: only ``lo``, and the hosts the rules name
+        (``pypi.org``, ``*.example.org``, presets such as ``pypi`` and ``debian``: netpolicy.py)
+        through the egress proxy at ``http://127.0.0.1:3128`` (``HTTP_PROXY`` and friends are
+        set); everything else is refused, with an answer naming the rule.
+    expose: ports of servers inside the sandbox that the host may reach (``Sandbox.connect``,
+        ``Sandbox.exposed``: a host unix socket each); needs a network namespace of its own (not
+        ``network="host"``).
     env: extra environment variables (on top of PATH, HOME, LANG, ...).
     workdir: the working directory of commands (a writable tmpfs at ``/testbed``).
     cgroups: ``"auto"`` (use them when the caller can), ``"off"``, or ``"required"``.
@@ -141,6 +157,9 @@ class SandboxConfig:
     hostname: str | None = "sandbox"
     cgroups: str = "auto"
     isolation: str = "auto"
+    expose: tuple[int, ...] = ()
+    # network="allow:...": the parsed allowlist (made from ``network`` and the presets file)
+    policy: Policy | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.rootfs, (str, os.PathLike)) or not str(self.rootfs):
@@ -175,8 +194,20 @@ class SandboxConfig:
                 raise ConfigError("limits", f"{e}; allowed keys: {allowed}") from None
         if not isinstance(self.limits, Limits):
             raise ConfigError("limits", f"expected a Limits or a mapping, got {self.limits!r}")
-        if self.network not in NETWORK_MODES:
-            raise ConfigError("network", f"must be one of {', '.join(NETWORK_MODES)}, got {self.network!r}")
+        object.__setattr__(self, "policy", check_network(self.network))
+        ports = self.expose
+        if isinstance(ports, int) or not isinstance(ports, (tuple, list)) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in ports
+        ):
+            raise ConfigError("expose", f"must be a list of ports (1-65535), got {ports!r}")
+        if len(set(ports)) != len(ports):
+            raise ConfigError("expose", f"a port is listed twice: {list(ports)}")
+        if ports and self.network == "host":
+            raise ConfigError("expose", "with network='host' a server in the sandbox is on the host's network "
+                              "already: nothing to expose", hint="use network='none' (or allow:...) with expose")  # fmt: skip
+        if PROXY_PORT in ports and self.policy is not None:
+            raise ConfigError("expose", f"port {PROXY_PORT} is the egress proxy's in a sandbox with an allowlist")
+        object.__setattr__(self, "expose", tuple(ports))
         if self.isolation not in ISOLATION_MODES:
             raise ConfigError("isolation", f"must be one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
         if self.cgroups not in CGROUP_MODES:
@@ -193,6 +224,20 @@ class SandboxConfig:
 
     def replace(self, **changes: Any) -> "SandboxConfig":
         return dataclasses.replace(self, **changes)
+
+
+def check_network(value: Any, field_name: str = "network") -> Policy | None:
+    """A network mode: ``"none"``, ``"host"`` (None is returned) or ``"allow:<rules>"`` (its parsed
+    ``Policy``, presets from the user's presets file); ConfigError naming what is wrong."""
+    if isinstance(value, str) and value.startswith(PREFIX):
+        try:
+            return Policy.parse(value)
+        except ConfigError as e:
+            raise ConfigError(field_name, e.message.removeprefix(f"{e.field}: "), hint=e.hint) from None
+    if value not in NETWORK_MODES:
+        raise ConfigError(field_name, f"must be none, host or allow:RULE,RULE,..., got {value!r}",
+                          hint='e.g. allow:pypi (the Python package index only), allow:pypi,*.example.org')  # fmt: skip
+    return None
 
 
 def check_timeout(value: Any, field_name: str = "timeout") -> float:
@@ -225,6 +270,11 @@ def base_env(config: SandboxConfig, places: Mapping[str, str] | None = None) -> 
         "MPLBACKEND": "Agg",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    if config.policy is not None:  # what curl, pip, apt, requests, urllib and git go through
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+            env[name] = env[name.lower()] = PROXY_URL
+        env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
+        env["PIP_ROOT_USER_ACTION"] = "ignore"  # the root is a disposable copy-on-write layer
     if places is not None:
         env.pop("HOSTNAME", None)
         env.update(places)

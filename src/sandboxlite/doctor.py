@@ -267,6 +267,36 @@ def check_sandbox() -> Check:
     return Check("sandbox", "ok", "started a sandbox: no capabilities, no_new_privs, seccomp filter active")
 
 
+EGRESS_PROBE_HOST = "sandboxlite-doctor.invalid"  # a reserved name: the probe never leaves the machine
+
+
+def check_egress() -> Check:
+    """network="allow:...": a test sandbox asks its proxy for a host the allowlist refuses (so no
+    request leaves the machine) and must get the proxy's refusal, logged."""
+    from .sandbox import Sandbox
+
+    name = "egress proxy"
+    probe = ("import urllib.request, urllib.error\n"
+             f"try: urllib.request.urlopen('http://{EGRESS_PROBE_HOST}/', timeout=10)\n"
+             "except urllib.error.HTTPError as e: print(e.code, e.headers.get('X-Sandboxlite-Egress'))\n"
+             "except Exception as e: print('error', e)\n")  # fmt: skip
+    try:
+        with Sandbox(network="allow:pypi") as sb:
+            r = sb.exec(["python3", "-c", probe], timeout=30)
+            log = sb.network_log()
+    except SandboxError as e:
+        return Check(name, "fail", f"a sandbox with network='allow:pypi' failed: {e.message}", e.hint or "")
+    if r.exit_code == 127 or b"No such file" in r.stderr:
+        return Check(name, "warn", "the image has no python3 to probe the proxy with")
+    if r.stdout_text.split() != ["403", "denied"] or len(log) != 1 or log[0].allowed:
+        return Check(name, "fail", f"the proxy did not refuse {EGRESS_PROBE_HOST} as it should: "
+                     f"{(r.stdout_text + r.stderr_text).strip()[:300]!r}, log {log}", "report this as a bug")  # fmt: skip
+    ca = default_host().ca_bundle
+    return Check(name, "ok", "network='allow:RULES' works: the sandbox reaches the host's proxy at 127.0.0.1:3128, "
+                 f"which refused {EGRESS_PROBE_HOST} and logged it; sandboxes trust "
+                 + (f"the host's CAs ({ca})" if ca else "their image's CAs (the host has no CA bundle)"))  # fmt: skip
+
+
 LANDLOCK_PROBE = ("grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; "
                   "if ls / >/dev/null 2>&1; then echo 'Root: readable'; else echo 'Root: refused'; fi")  # fmt: skip
 
@@ -316,12 +346,14 @@ def run_checks() -> list[Check]:
     ]
     if all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())
+        checks.append(check_egress())
     checks.append(check_landlock())  # also (above all) where namespaces fail: the way out it offers
     return judge(checks, default_host().isolation)
 
 
 # the rows that only the namespace isolation depends on
-NAMESPACE_ROWS = ("bubblewrap", "user namespaces", "seccomp", "rootfs", "fast start", "own uids", "sandbox")
+NAMESPACE_ROWS = ("bubblewrap", "user namespaces", "seccomp", "rootfs", "fast start", "own uids", "sandbox",
+                  "egress proxy")
 
 
 def judge(checks: list[Check], isolation: str) -> list[Check]:

@@ -1,31 +1,38 @@
-"""The egress proxy: the host side of ``network="allow:<rules>"`` (issue 20, step 2).
+"""The egress proxy: the host side of ``network="allow:<rules>"``.
 
-One ``EgressProxy`` per process serves every sandbox: each sandbox gets a unix socket of its own
-(``add``), which is its identity (a sandbox only ever sees its own socket, bound into it), its
-policy (``netpolicy.Policy``) and its caps (``EgressLimits``).  On that socket it speaks HTTP
-proxy: ``CONNECT host:port`` for HTTPS (bytes are relayed, TLS is not intercepted) and
-absolute-form requests (``GET http://host/path``) for plain HTTP, filtered by the URL's host, which
-must agree with the Host header.  The proxy resolves names itself and connects only to public
-addresses (never loopback, link-local, multicast or unspecified ones: no host service is
-reachable through it).  A denied request gets ``403`` with a body naming what refused it; every
-request is logged (``log(sandbox_id)``: time, host, port, allowed, rule or reason, bytes).
+One ``EgressProxy`` per process (``Host.egress_proxy()``) serves every sandbox.  Each sandbox
+brings a listening socket of its own (``add``): for a jail, a TCP socket on 127.0.0.1:3128
+inside the sandbox's network namespace, made by its init and handed to the host
+(``Jail.loopback``), so commands reach the proxy as ``HTTP_PROXY=http://127.0.0.1:3128`` and
+no process in the sandbox relays anything.  The listener is the sandbox's identity: a
+connection accepted on it can only come from that sandbox's namespace.  Each sandbox has its
+policy (``netpolicy.Policy``), its caps (``EgressLimits``) and its log.
 
-Not yet here (next steps): the relay inside the sandbox and the wiring into ``SandboxConfig``.
+On that socket the proxy speaks HTTP proxy: ``CONNECT host:port`` for HTTPS (bytes are relayed,
+TLS is not intercepted) and absolute-form requests (``GET http://host/path``) for plain HTTP,
+filtered by the URL's host, which must agree with the Host header.  The proxy resolves names
+itself and connects only to public addresses (never loopback, link-local, multicast or
+unspecified ones: no host service is reachable through it).  A denied request gets ``403`` (with
+the header ``X-Sandboxlite-Egress: denied``) and a body naming what refused it; every request is
+logged (``log(sandbox)``: time, host, port, allowed, rule or reason, bytes).
+
+Threads: one accepts for every sandbox (a selector over the listeners); each connection is
+served by a thread of its own while it lasts (at most ``max_connections`` per sandbox).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import selectors
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from ._relay import relay
 from .errors import ConfigError
 from .netpolicy import Decision, Policy
 
@@ -59,6 +66,15 @@ class Request:
     bytes_up: int = 0
     bytes_down: int = 0
 
+    def as_dict(self) -> dict:
+        """For JSON (trajectories, eval records, ``exec --network-log``)."""
+        return dataclasses.asdict(self)
+
+    def line(self) -> str:
+        """One line for people: ``CONNECT pypi.org:443 allowed (preset pypi), 524 B up, 2286 B down``."""
+        verdict = f"allowed ({self.why})" if self.allowed else f"denied: {self.why}"
+        return f"{self.method} {self.host}:{self.port} {verdict}, {self.bytes_up} B up, {self.bytes_down} B down"
+
 
 @dataclass
 class _Tenant:
@@ -66,7 +82,6 @@ class _Tenant:
     policy: Policy
     limits: EgressLimits
     listener: socket.socket
-    path: Path
     log: list[Request] = field(default_factory=list)
     connections: set = field(default_factory=set)  # the client sockets being served
     bytes_used: int = 0
@@ -95,51 +110,70 @@ class EgressProxy:
         self.resolver = resolver or system_resolver
         self.allow_loopback = allow_loopback
         self.log_limit = log_limit
-        self._dir = Path(tempfile.mkdtemp(prefix="sandboxlite-egress-"))
+        self.pid = os.getpid()  # a forked child makes a proxy of its own (the threads stayed here)
         self._lock = threading.Lock()
         self._tenants: dict[str, _Tenant] = {}
         self._closed = False
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._thread: threading.Thread | None = None
 
     # -- tenants ---------------------------------------------------------------------------
-    def add(self, sandbox: str, policy: Policy, limits: EgressLimits | None = None) -> Path:
-        """A unix socket for ``sandbox`` (its identity): requests on it follow ``policy``."""
-        if not sandbox or "/" in sandbox or sandbox.startswith("."):
-            raise ConfigError("sandbox", f"an id without '/' that does not start with '.', got {sandbox!r}")
+    def add(self, sandbox: str, policy: Policy, limits: EgressLimits | None = None, *,
+            listener: socket.socket) -> None:  # fmt: skip
+        """Serve ``sandbox``: connections accepted on ``listener`` (a listening socket, which the
+        proxy now owns and closes) follow ``policy``."""
+        if not sandbox:
+            raise ConfigError("sandbox", "a sandbox needs a non-empty id")
+        listener.setblocking(False)
         with self._lock:
             if self._closed:
                 raise ConfigError("egress", "the proxy is closed")
             if sandbox in self._tenants:
-                raise ConfigError("sandbox", f"{sandbox!r} has a socket already")
-            path = self._dir / f"{sandbox}.sock"
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(str(path))
-            os.chmod(path, 0o666)  # the sandbox's uid connects; only its own mount shows it
-            listener.listen(64)
-            tenant = _Tenant(sandbox, policy, limits or EgressLimits(), listener, path)
+                raise ConfigError("sandbox", f"{sandbox!r} is served already")
+            tenant = _Tenant(sandbox, policy, limits or EgressLimits(), listener)
             self._tenants[sandbox] = tenant
-        threading.Thread(target=self._accept, args=(tenant,), daemon=True, name=f"egress-{sandbox}").start()
-        return path
+            self._sel.register(listener, selectors.EVENT_READ, tenant)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._accept_loop, daemon=True, name="sandboxlite-egress")
+                self._thread.start()
+        self._wake()
 
     def remove(self, sandbox: str) -> list[Request]:
-        """Close ``sandbox``'s socket (its open connections end); returns its log."""
+        """Stop serving ``sandbox``: its listener is closed, its open connections end; returns its log."""
         with self._lock:
             tenant = self._tenants.pop(sandbox, None)
-        if tenant is None:
-            return []
-        _close_listener(tenant)
-        with self._lock:
-            open_ = list(tenant.connections)
-        for conn in open_:  # their threads see the end of the stream and finish
+            if tenant is None:
+                return []
             try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
+                self._sel.unregister(tenant.listener)
+            except (KeyError, ValueError):
                 pass
+        tenant.listener.close()
+        self._end_connections(tenant)
         return list(tenant.log)
+
+    def restart(self, sandbox: str) -> list[Request]:
+        """A fresh episode for ``sandbox`` (``Sandbox.reset``): its open connections end, its log
+        and byte count start again.  Returns the log so far."""
+        with self._lock:
+            tenant = self._tenants.get(sandbox)
+            if tenant is None:
+                return []
+            log, tenant.log, tenant.bytes_used = tenant.log, [], 0
+        self._end_connections(tenant)
+        return log
 
     def log(self, sandbox: str) -> list[Request]:
         with self._lock:
             tenant = self._tenants.get(sandbox)
             return list(tenant.log) if tenant is not None else []
+
+    def tenants(self) -> list[str]:
+        with self._lock:
+            return list(self._tenants)
 
     def close(self) -> None:
         with self._lock:
@@ -147,10 +181,12 @@ class EgressProxy:
             names = list(self._tenants)
         for name in names:
             self.remove(name)
-        try:
-            os.rmdir(self._dir)
-        except OSError:
-            pass
+        self._wake()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        self._sel.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
     def __enter__(self) -> "EgressProxy":
         return self
@@ -159,22 +195,60 @@ class EgressProxy:
         self.close()
 
     # -- serving -----------------------------------------------------------------------------
-    def _accept(self, tenant: _Tenant) -> None:
-        while True:
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"w")
+        except OSError:
+            pass
+
+    def _end_connections(self, tenant: _Tenant) -> None:
+        with self._lock:
+            open_ = list(tenant.connections)
+        for conn in open_:  # their threads see the end of the stream and finish
             try:
-                conn, _ = tenant.listener.accept()
-            except OSError:  # closed
-                return
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _accept_loop(self) -> None:
+        while True:
             with self._lock:
-                full = len(tenant.connections) >= tenant.limits.max_connections
-                if not full:
-                    tenant.connections.add(conn)
-            if full:
-                _answer(conn, 429, f"sandboxlite egress: {tenant.limits.max_connections} connections are open "
-                        "already (this sandbox's limit)")  # fmt: skip
-                conn.close()
+                if self._closed:
+                    return
+            try:
+                ready = self._sel.select(1.0)
+            except (OSError, ValueError):  # a listener closed under us: select again
                 continue
-            threading.Thread(target=self._serve, args=(tenant, conn), daemon=True).start()
+            for key, _ in ready:
+                tenant = key.data
+                if tenant is None:
+                    try:
+                        while self._wake_r.recv(4096):
+                            pass
+                    except OSError:
+                        pass
+                    continue
+                try:
+                    conn, _ = tenant.listener.accept()
+                except OSError:  # nothing after all, or closed by remove()
+                    continue
+                self._admit(tenant, conn)
+
+    def _admit(self, tenant: _Tenant, conn: socket.socket) -> None:
+        conn.setblocking(True)
+        with self._lock:
+            full = len(tenant.connections) >= tenant.limits.max_connections
+            if not full:
+                tenant.connections.add(conn)
+        if full:
+            threading.Thread(target=self._turn_away, args=(tenant, conn), daemon=True).start()
+            return
+        threading.Thread(target=self._serve, args=(tenant, conn), daemon=True).start()
+
+    def _turn_away(self, tenant: _Tenant, conn: socket.socket) -> None:
+        with conn:
+            _answer(conn, 429, f"sandboxlite egress: {tenant.limits.max_connections} connections are open "
+                    "already (this sandbox's limit)")  # fmt: skip
 
     def _serve(self, tenant: _Tenant, conn: socket.socket) -> None:
         try:
@@ -239,31 +313,9 @@ class EgressProxy:
         if first:
             upstream.sendall(first)
             self._count(tenant, entry, up=len(first))
-        sel = selectors.DefaultSelector()
-        sel.register(conn, selectors.EVENT_READ, upstream)
-        sel.register(upstream, selectors.EVENT_READ, conn)
-        open_ = 2
-        try:
-            while open_:
-                ready = sel.select(IDLE_TIMEOUT_S)
-                if not ready:
-                    return
-                for key, _ in ready:
-                    src, dst = key.fileobj, key.data
-                    data = src.recv(CHUNK)  # type: ignore[union-attr]
-                    if not data:
-                        sel.unregister(src)
-                        open_ -= 1
-                        try:
-                            dst.shutdown(socket.SHUT_WR)
-                        except OSError:
-                            pass
-                        continue
-                    if not self._count(tenant, entry, **({"up": len(data)} if src is conn else {"down": len(data)})):
-                        return  # the byte cap: the connection is cut
-                    dst.sendall(data)
-        finally:
-            sel.close()
+        # the byte cap cuts the connection
+        relay(conn, upstream, idle_s=IDLE_TIMEOUT_S,
+              on_data=lambda up, n: self._count(tenant, entry, **({"up": n} if up else {"down": n})))
 
     def _count(self, tenant: _Tenant, entry: Request, up: int = 0, down: int = 0) -> bool:
         with self._lock:
@@ -358,20 +410,6 @@ def _origin_form(method: str, target: str, headers: dict[str, str]) -> bytes:
     keep["connection"] = "close"
     lines = [f"{method} {path} HTTP/1.1"] + [f"{k}: {v}" for k, v in keep.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-def _close_listener(tenant: _Tenant) -> None:
-    try:
-        try:
-            tenant.listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
-        except OSError:
-            pass
-        tenant.listener.close()
-    finally:
-        try:
-            tenant.path.unlink()
-        except OSError:
-            pass
 
 
 __all__ = ["Decision", "EgressLimits", "EgressProxy", "Request", "system_resolver"]

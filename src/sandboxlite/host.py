@@ -26,7 +26,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import cgroups, devnodes, executor, identity, landlock, netns, paths, seccomp, slots
+from . import cgroups, devnodes, egress, executor, identity, landlock, netns, paths, seccomp, slots
 from .bwrap import BwrapInfo, find_bwrap
 from .config import ISOLATION_MODES
 from .errors import ConfigError, SetupError
@@ -92,11 +92,16 @@ class Host:
     landlock_abi: int = 0
     landlock_reason: str = "not detected"
     landlock_dir: str = ""
+    # the host's CA certificates (PEM bundle): a sandbox with an allowlist reaches the internet
+    # through the host's network, so it trusts what the host trusts (a TLS-inspecting firewall's CA
+    # included); None when the host has none
+    ca_bundle: str | None = None
     # this Host's own descriptors (``dataclasses.replace`` gives a copy fresh ones)
     _fds: dict = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _devs: set = field(default_factory=set, init=False, repr=False)  # per-uid /dev directories checked
     _warned: set = field(default_factory=set, init=False, repr=False)
+    _services: dict = field(default_factory=dict, init=False, repr=False)  # the egress proxy
 
     @classmethod
     def detect(cls, env: Mapping[str, str] | None = None) -> "Host":
@@ -150,7 +155,7 @@ class Host:
             netns=pool, cgroup_allocator=cgroups.Allocator(support) if support.kind else None,
             uids=uids, uids_reason=uids_reason, idmap=idmap, stage=stage, netns_reason=netns_reason,
             bwrap_error=bwrap_error, isolation=iso, landlock_abi=ll_abi, landlock_reason=ll_reason,
-            landlock_dir=landlock.base_dir(env, euid),
+            landlock_dir=landlock.base_dir(env, euid), ca_bundle=find_ca_bundle(env),
         )  # fmt: skip
 
     @property
@@ -201,8 +206,32 @@ class Host:
                 fd = self._fds["executor"] = move_high(os.open(self.executor, os.O_RDONLY | os.O_CLOEXEC))
             return fd
 
+    def egress_proxy(self) -> "egress.EgressProxy":
+        """The egress proxy this Host's sandboxes with an allowlist go through (one per process:
+        made on first use; a forked child gets one of its own, the threads stayed in the parent)."""
+        with self._lock:
+            proxy = self._services.get("egress")
+            if proxy is None or proxy.pid != os.getpid():
+                proxy = self._services["egress"] = egress.EgressProxy()
+            return proxy
+
+    def set_egress_proxy(self, proxy: "egress.EgressProxy") -> None:
+        """Serve this Host's sandboxes that start from now on through ``proxy`` (tests and benchmarks:
+        a proxy with a resolver of their own); the proxy served before keeps its sandboxes."""
+        with self._lock:
+            self._services["egress"] = proxy
+
 
 CAP_SYS_ADMIN = 21
+CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
+
+
+def find_ca_bundle(env: Mapping[str, str]) -> str | None:
+    """The host's CA bundle: ``$SSL_CERT_FILE`` if it is a file, else the first of ``CA_BUNDLES``."""
+    for path in (env.get("SSL_CERT_FILE") or "", *CA_BUNDLES):
+        if path and os.path.isfile(path) and os.access(path, os.R_OK):
+            return os.path.abspath(path)
+    return None
 
 
 def _has_cap(cap: int) -> bool:

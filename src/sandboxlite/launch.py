@@ -14,6 +14,7 @@ jail outlives it.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
@@ -21,6 +22,7 @@ import select
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -33,8 +35,8 @@ from .errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, Setu
 from .host import HIGH_FD, Host, move_high
 from .identity import unreachable
 from .plan import JailPlan, Slot, check_landlock, netns_wanted, plan, plan_landlock
-from .protocol import MAX_REQUEST_PAYLOAD, SP_STATUS, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, mkdir_payload, \
-    open_payload, spawn_payload, symlink_payload  # fmt: skip
+from .protocol import MAX_REQUEST_PAYLOAD, SP_STATUS, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, loopback_payload, \
+    mkdir_payload, open_payload, spawn_payload, symlink_payload  # fmt: skip
 
 START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
 REQUEST_TIMEOUT_S = 30.0  # a file request or a reset must be answered within this
@@ -313,6 +315,8 @@ class Jail:
         self._env_list = [f"{k}={v}" for k, v in self.env.items()]
         self.timings: dict[str, float] = {}
         self.chan: Channel | None = None
+        self._connector: Channel | None = None  # the executor's second, LOOPBACK-only channel
+        self._connector_lock = threading.Lock()
         self.cgroup = None
         self.pid: int | None = None  # bwrap's (or the launcher's, which becomes bwrap)
         self.init_pid: int | None = None
@@ -423,6 +427,8 @@ class Jail:
         if os.getpid() != self._owner:
             self._close_copies()
             return
+        if self._connector is not None:
+            self._connector.close()
         if self.chan is not None:
             self.chan.close()  # the executor sees EOF and exits: the PID namespace dies with it
         if self.pid is not None and self.status is None:
@@ -459,6 +465,8 @@ class Jail:
                 setattr(self, name, None)
 
     def _close_copies(self) -> None:
+        if self._connector is not None:
+            self._connector.close()
         if self.chan is not None:
             self.chan.close()  # our copies only: the executor still has the owner's end
         self._close_own_fds()
@@ -630,10 +638,10 @@ class Jail:
         f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
         return f.number(0) if f.type == Reply.OK else 0
 
-    def _request(self, op: Op, payload: bytes, path: str):
+    def _request(self, op: Op, payload: bytes, path: str, fds: Sequence[int] = ()):
         chan = self.channel()
         ident = chan.new_id()
-        chan.send(op, ident, payload)
+        chan.send(op, ident, payload, tuple(fds))
         try:
             f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
         except TimeoutError:
@@ -655,3 +663,70 @@ class Jail:
 
     def symlink(self, target: str, path: str) -> None:
         self._request(Op.SYMLINK, symlink_payload(target, path), path)
+
+    def loopback(self, how: str, port: int) -> socket.socket:
+        """A TCP socket on 127.0.0.1:``port`` inside the jail's network namespace, made by its init
+        and handed to us: listening (``how="listen"``, non-blocking: for a selector) or connected
+        (``"connect"``, blocking, within ``REQUEST_TIMEOUT_S``).  Only we hold it, no command does.
+        OSError with the errno met (EADDRINUSE, ECONNREFUSED, ...)."""
+        f = self._request(Op.LOOPBACK, loopback_payload(how, port), f"127.0.0.1:{port}")
+        return _loopback_socket(f, how, port)
+
+    def open_connector(self) -> None:
+        """Give the executor its second channel (protocol.py: CONNECTOR), for ``connect``."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._request(Op.CONNECTOR, b"", "the connector", [theirs.fileno()])
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._connector = Channel(ours)
+
+    def connect(self, port: int) -> socket.socket:
+        """A blocking TCP connection to 127.0.0.1:``port`` inside the jail, asked for on the
+        connector (``open_connector`` first): thread-safe, and it does not wait for what runs on
+        the control channel (an ``exec`` in progress).  OSError as for ``loopback``."""
+        with self._connector_lock:
+            chan = self._connector
+            if chan is None or chan.closed or self.closed:
+                raise SandboxCrashed("the sandbox's connector is closed (the sandbox was closed or died)",
+                                     hint="call reset() to start a fresh one")  # fmt: skip
+            ident = chan.new_id()
+            chan.send(Op.LOOPBACK, ident, loopback_payload("connect", port))
+            try:
+                f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
+            except TimeoutError:
+                raise SandboxCrashed(f"the executor did not answer a connection to port {port}") from None
+        if f.type == Reply.ERROR:
+            raise file_error(f.number(), f"127.0.0.1:{port}")
+        return _loopback_socket(f, "connect", port)
+
+
+def _loopback_socket(f, how: str, port: int) -> socket.socket:
+    """The socket of a LOOPBACK answer ``f``, checked to be what was asked for; a connecting one
+    waited for (within ``REQUEST_TIMEOUT_S``) and made blocking."""
+    if f.type != Reply.FD or f.fd is None:
+        raise SandboxCrashed(f"the executor answered a loopback {how} without a descriptor")
+    try:
+        sock = socket.socket(fileno=f.fd)
+    except OSError:
+        os.close(f.fd)
+        raise SandboxCrashed(f"the executor answered a loopback {how} with a descriptor that is no socket") from None
+    listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    if sock.family != socket.AF_INET or sock.type != socket.SOCK_STREAM or bool(listening) != (how == "listen"):
+        sock.close()
+        raise SandboxCrashed(f"the executor answered a loopback {how} with the wrong kind of socket")
+    if how == "connect":
+        try:
+            if not select.select([], [sock], [], REQUEST_TIMEOUT_S)[1]:
+                raise OSError(errno.ETIMEDOUT, f"connecting to 127.0.0.1:{port} in the sandbox timed out")
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                raise OSError(err, f"127.0.0.1:{port} in the sandbox: {os.strerror(err)}")
+        except BaseException:
+            sock.close()
+            raise
+        sock.setblocking(True)
+    return sock

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import landlock
-from .config import SandboxConfig
+from .config import Mount, SandboxConfig
 from .errors import ConfigError, SetupError
 from .host import Host
 from .protocol import CTRL_FD
@@ -116,7 +116,7 @@ class JailPlan:
 
 def netns_wanted(config: SandboxConfig, host: Host) -> bool:
     """Would this sandbox join a network namespace made ahead of time (if one is ready)?"""
-    return host.run_as is not None and host.netns is not None and config.network == "none"
+    return host.run_as is not None and host.netns is not None and config.network != "host"
 
 
 def plan(
@@ -136,6 +136,7 @@ def plan(
     ``host.run_as``).  Raises SetupError when ``config`` asks for what the host cannot give
     (cgroups="required").
     """
+    config = with_host_ca(config, host)
     if host.bwrap is None:
         assert host.bwrap_error is not None
         raise SetupError(f"{host.bwrap_error.message}: namespace isolation needs it",
@@ -176,6 +177,20 @@ def plan(
         idmapped=idmapped, stage=host.stage if idmapped else "",
         memfd=cg.mode != "off" or config.limits.memory_mb is None,
     )  # fmt: skip
+
+
+# where a sandbox with an allowlist finds the host's CA certificates: Debian's bundle, which
+# OpenSSL, curl, Debian's pip and requests read
+SANDBOX_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def with_host_ca(config: SandboxConfig, host: Host) -> SandboxConfig:
+    """``config``, plus a read-only mount of the host's CA bundle over the image's when the
+    sandbox has an allowlist (its traffic leaves through the host's network, and is trusted as
+    the host trusts it) and the caller mounts nothing there."""
+    if config.policy is None or host.ca_bundle is None or any(m.dst == SANDBOX_CA_BUNDLE for m in config.mounts):
+        return config
+    return config.replace(mounts=(*config.mounts, Mount(host.ca_bundle, SANDBOX_CA_BUNDLE)))
 
 
 def plan_landlock(config: SandboxConfig, host: Host, rootfs: RootfsPlan, places: "landlock.Places",
@@ -229,7 +244,14 @@ def plan_landlock(config: SandboxConfig, host: Host, rootfs: RootfsPlan, places:
 
 
 def check_landlock(config: SandboxConfig) -> None:
-    """ConfigError for what a Landlock sandbox cannot do (it has no mount namespace)."""
+    """ConfigError for what a Landlock sandbox cannot do (it has no mount or network namespace)."""
+    if config.policy is not None or config.expose:
+        what = f"network={config.network!r}" if config.policy is not None else "expose="
+        raise ConfigError("network" if config.policy is not None else "expose",
+                          f"isolation='landlock' has no network namespace of its own, which {what} needs "
+                          "(the proxy's port and the exposed servers would be the host's loopback)",
+                          hint="use namespaces (isolation='namespaces'), or network='none' / 'host' "
+                          "with Landlock")  # fmt: skip
     if config.rootfs not in ("auto", "host"):
         raise ConfigError("rootfs", f"isolation='landlock' runs over the host's own files (no mount namespace to put "
                           f"an image at /), got rootfs={config.rootfs!r}",

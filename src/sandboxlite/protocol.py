@@ -24,11 +24,17 @@ SYMLINK   ``symlink_payload``                    OK (no payload) or ERROR
 SINK      empty, the pipes to drain attached     none
 LAST_PID  empty                                  OK with the namespace's last pid
 RESET     empty                                  OK (no payload) or ERROR
+LOOPBACK  ``loopback_payload``                   FD (a TCP socket on 127.0.0.1) or ERROR
+CONNECTOR empty, one unix stream socket attached  OK, or ERROR (EINVAL) without one
 ========  =====================================  ==============================
 
 Replies (``Reply``, executor to host; payload at most ``MAX_REPLY_PAYLOAD``):
 HELLO (id 0, ``HELLO``), ERROR (an errno), FD (a descriptor), OK, EXIT (a
 command's wait status).  The host ends an executor by closing the socket.
+
+The CONNECTOR socket is a second channel, framed alike, on which the executor
+serves LOOPBACK only (anything else: ERROR ENOSYS); closing it only drops it.
+A host thread asks for connections there while another waits on the main one.
 
 The executor's command line is ``KEY=VALUE`` options (``EXECUTOR_OPTIONS``);
 it refuses an unknown key, a malformed value, a repeated single key or more
@@ -52,7 +58,7 @@ from typing import ClassVar
 from .errors import SandboxCrashed
 
 HEADER = struct.Struct("<IcI")
-HELLO = b"sandboxlite-executor 4"  # the executor's greeting: its name and protocol version
+HELLO = b"sandboxlite-executor 6"  # the executor's greeting: its name and protocol version
 CTRL_FD = 3  # the executor's control socket unless ctrl=N
 # host -> executor: a spawn carries argv, environment and cwd (launch.MAX_SPAWN_BYTES); a
 # bigger request makes the executor drop the jail, so Channel.send refuses it
@@ -73,6 +79,8 @@ class Op(str, enum.Enum):
     SINK = "D"
     LAST_PID = "L"
     RESET = "Z"
+    LOOPBACK = "T"
+    CONNECTOR = "U"
 
     __str__ = str.__str__  # "S", also in f-strings on every Python version
 
@@ -284,6 +292,14 @@ def mkdir_payload(path: str, mode: int = 0o755) -> bytes:
 def symlink_payload(target: str, path: str) -> bytes:
     """SYMLINK: a link at ``path`` (parents made) pointing to ``target``."""
     return strings(target, path)
+
+
+def loopback_payload(how: str, port: int) -> bytes:
+    """LOOPBACK: ``how`` is "listen" (a listening socket on 127.0.0.1:``port`` in the sandbox's
+    network namespace) or "connect" (a non-blocking connect to it there)."""
+    if how not in ("listen", "connect") or isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"expected listen|connect and a port 1-65535, got {how!r} {port!r}")
+    return strings(f"{how} {port}")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ serialised by ``Sandbox.lock``.  Open several sandboxes for parallelism.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import weakref
@@ -19,11 +20,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import launch, transfer
+from . import egress, launch, transfer
 from ._cmdio import collect
-from .config import SandboxConfig, check_timeout, resolve_path
+from .config import PROXY_PORT, SandboxConfig, check_timeout, resolve_path
 from .errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError
 from .host import Host, default_host
+from .ports import PortForwarder
 from .result import ExecResult
 
 if TYPE_CHECKING:
@@ -53,17 +55,87 @@ class Sandbox:
         self.generation = 0
         self._shells: weakref.WeakSet = weakref.WeakSet()
         self._jail: launch.Jail | None = None
+        self._egress: str | None = None  # this sandbox's name at the egress proxy, while served
+        self._egress_log: list[egress.Request] = []  # the last episode's log, once no longer served
+        self._ports: PortForwarder | None = None  # the host sockets of config.expose
         self.host = host if host is not None else default_host()
-        self._jail = launch.start(config, self.host)
+        self._start()
+        if config.expose:
+            try:
+                self._ports = PortForwarder(config.expose, self.connect, name=f"{self.executor_pid}")
+            except BaseException:
+                self.close()
+                raise
+
+    def _start(self) -> None:
+        """Start the jail, serve its allowlist (network="allow:...") at the host's proxy, and give
+        its init the connector for exposed ports."""
+        self._jail = jail = launch.start(self.config, self.host)
+        policy = self.config.policy
+        try:
+            if self.config.expose:
+                jail.open_connector()
+            if policy is None:
+                return
+            listener = jail.loopback("listen", PROXY_PORT)
+            name = f"sandbox-{jail.executor_pid}-{id(self):x}"
+            lim = self.config.limits
+            self.host.egress_proxy().add(name, policy, egress.EgressLimits(lim.egress_mb << 20, lim.egress_connections),
+                                         listener=listener)  # fmt: skip
+        except BaseException:
+            jail.teardown()
+            raise
+        self._egress = name
+
+    def _stop_egress(self) -> None:
+        if self._egress is not None:
+            self._egress_log = self.host.egress_proxy().remove(self._egress)
+            self._egress = None
+
+    # -- ports in (config.expose) ----------------------------------------------------------------
+    def connect(self, port: int) -> socket.socket:
+        """A new TCP connection (a blocking socket) to 127.0.0.1:``port`` inside the sandbox, where a
+        server of the sandbox listens; ``port`` must be in ``config.expose``.  Made by the sandbox's
+        init and handed over: it does not wait for a running ``exec`` (any thread may call it).
+        ConnectionRefusedError when nothing listens there (yet), another OSError, or SandboxClosed."""
+        if isinstance(port, bool) or not isinstance(port, int) or port not in self.config.expose:
+            raise ConfigError("port", f"{port!r} is not an exposed port of this sandbox (expose={list(self.config.expose)})",
+                              hint="list the port in SandboxConfig(expose=[...])")  # fmt: skip
+        jail = self._jail
+        if jail is None or jail.closed:
+            raise SandboxClosed("the sandbox is closed")
+        return jail.connect(port)
+
+    @property
+    def exposed(self) -> dict[int, str]:
+        """Exposed port -> the host unix socket that reaches it (in a directory only this user can
+        enter); each client connection is joined to a new ``connect(port)``.  The same paths for the
+        sandbox's whole life, across resets; gone after close()."""
+        return dict(self._ports.paths) if self._ports is not None else {}
+
+    def network_log(self) -> list[egress.Request]:
+        """This episode's requests through the egress proxy (network="allow:..."): time, host,
+        port, allowed or not, the rule that allowed it or why not, bytes each way.  A reset starts
+        a new log; after close() it is the last episode's.  Empty for other network modes."""
+        if self._egress is None:
+            return list(self._egress_log)
+        return self.host.egress_proxy().log(self._egress)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
         """Kill every process in the sandbox and release it.  Idempotent."""
         with self.lock:
-            for sh in list(self._shells):
-                sh.detach()
-            if self._jail is not None:
-                self._jail.teardown()
+            self._stop()
+            if self._ports is not None:
+                self._ports.close()
+                self._ports = None
+
+    def _stop(self) -> None:
+        for sh in list(self._shells):
+            sh.detach()
+        if self._jail is not None:
+            self._jail.teardown()
+        self._stop_egress()
 
     def reset(self) -> None:
         """Back to pristine: every process killed, every write discarded.
@@ -80,11 +152,13 @@ class Sandbox:
                 try:
                     if jail.regenerate():
                         self.generation += 1
+                        if self._egress is not None:  # a fresh episode: a fresh log and byte budget
+                            self.host.egress_proxy().restart(self._egress)
                         return
                 except (SandboxCrashed, TimeoutError):
                     pass
-            self.close()
-            self._jail = launch.start(self.config, self.host)
+            self._stop()
+            self._start()
             self.generation += 1
 
     def __enter__(self) -> "Sandbox":
@@ -184,6 +258,9 @@ class Sandbox:
             "image_idmapped": p.idmapped,
             "rootfs_kind": p.rootfs.kind,
             "network": self.config.network,
+            **({"egress": f"only the allowlist, through the host's egress proxy at http://127.0.0.1:{PROXY_PORT} "
+                "(HTTP_PROXY, HTTPS_PROXY, ALL_PROXY); no resolver, no other route"} if self._egress else {}),
+            **({"exposed": {str(k): v for k, v in self.exposed.items()}} if self.config.expose else {}),
             "netns": {"host": "host", "pooled": "made ahead of time (netns pool)",
                       "none": "none: socket(2) is refused (Landlock denies TCP too)"}.get(p.netns, "made by bwrap"),
             "dev": f"ready-made ({p.dev}, read-only)" if p.dev else (p.dev_reason if p.isolation == "landlock"

@@ -67,6 +67,16 @@
  *   'D' sink     no payload; the attached pipes are drained and discarded
  *   'L' last pid no payload: 'R' with the namespace's last pid
  *   'Z' reset    no payload: every process killed, a new generation; 'R' or 'E'
+ *   'T' loopback "listen PORT" or "connect PORT": a TCP socket on 127.0.0.1
+ *                in the sandbox's network namespace, listening or connecting
+ *                (non-blocking: the host waits for it); 'F' with it or 'E'.
+ *                The host serves the sandbox's egress proxy and exposed ports
+ *                through these; refused (EPERM) without a namespace (Landlock)
+ *   'U' connector one descriptor attached (a unix stream socket): a second,
+ *                narrow channel on which only 'T' is served, so that a host
+ *                thread can ask for connections while another waits on this
+ *                one; 'R', or 'E' without exactly one descriptor.  A new one
+ *                replaces the old; its hang-up only drops it
  * Replies and events (executor -> host, payload at most MAX_REPLY_PAYLOAD):
  *   'H' hello (id 0, HELLO_TEXT), 'E' errno, 'F' descriptor, 'R' ok (empty, or
  *   the pid for 'L'), 'X' wait status of a spawned command.
@@ -103,6 +113,7 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <netinet/in.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -118,7 +129,7 @@
 
 /* ---- the protocol (mirrors sandboxlite/protocol.py; one definition per line) ---- */
 
-#define HELLO_TEXT "sandboxlite-executor 4"
+#define HELLO_TEXT "sandboxlite-executor 6"
 #define CTRL_FD 3                       /* the control socket unless ctrl=N */
 #define MAX_REQUEST_PAYLOAD (16u << 20) /* a bigger request ends the jail (launch.MAX_SPAWN_BYTES) */
 #define MAX_REPLY_PAYLOAD 4096u         /* what we send is far smaller */
@@ -133,6 +144,8 @@ enum request {
   REQ_SINK = 'D',
   REQ_LAST_PID = 'L',
   REQ_RESET = 'Z',
+  REQ_LOOPBACK = 'T',
+  REQ_CONNECTOR = 'U',
 };
 
 enum reply {
@@ -249,7 +262,8 @@ static struct child *children;
 static size_t n_children, cap_children;
 
 static struct pollfd *pfds;
-static size_t n_sinks, cap_sinks; /* pfds[0] = ctrl, pfds[1] = signalfd */
+static size_t n_sinks, cap_sinks; /* pfds[0] = ctrl, pfds[1] = signalfd, pfds[2] = the connector */
+#define SINK0 3                     /* pfds[SINK0 ...]: the sinks */
 
 static void die(const char *what) {
   dprintf(2, "sandboxlite-executor: %s: %s\n", what, strerror(errno));
@@ -354,7 +368,8 @@ static void send_frame(char type, uint32_t id, const void *payload, uint32_t ple
   memcpy(hdr, &len, 4);
   hdr[4] = type;
   memcpy(hdr + 5, &id, 4);
-  if (send_with_fds(ctrl, hdr, 9, payload, plen, &fd, fd >= 0 ? 1 : 0) < 0) _exit(0); /* host gone */
+  /* the host gone; a connector that has gone is only dropped (its hang-up is polled) */
+  if (send_with_fds(ctrl, hdr, 9, payload, plen, &fd, fd >= 0 ? 1 : 0) < 0 && ctrl == opts.ctrl) _exit(0);
 }
 
 static void send_str(char type, uint32_t id, const char *s) {
@@ -1041,7 +1056,7 @@ static void do_reset(uint32_t id) {
   n_children = 0;
   drop_standby();
   zygote_gone(); /* killed above with everything else; the new generation gets its own */
-  for (size_t i = 0; i < n_sinks; i++) close(pfds[2 + i].fd);
+  for (size_t i = 0; i < n_sinks; i++) close(pfds[SINK0 + i].fd);
   n_sinks = 0;
   if (new_generation() < 0) {
     send_errno(id, errno);
@@ -1462,28 +1477,70 @@ static void do_symlink(uint32_t id, char *payload, size_t plen) {
   send_frame(REP_OK, id, NULL, 0, -1);
 }
 
+static int parse_number(const char *s, unsigned long long *out);
+
+/* 'T': a loopback TCP socket inside the sandbox's network namespace, for the host (never for a
+ * command: only the host holds it).  PID 1 made no network namespace of its own under Landlock,
+ * so there the request is refused: the socket would be the host's loopback. */
+static void do_loopback(uint32_t id, char *payload, size_t plen) {
+  char *f[2];
+  unsigned long long port;
+  if (opts.landlock) {
+    send_errno(id, EPERM);
+    return;
+  }
+  if (split(payload, plen, f, 2) != 1 || (strncmp(f[0], "listen ", 7) && strncmp(f[0], "connect ", 8)) ||
+      parse_number(strchr(f[0], ' ') + 1, &port) < 0 || port == 0 || port > 65535) {
+    send_errno(id, EINVAL);
+    return;
+  }
+  int listen_ = f[0][0] == 'l';
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    send_errno(id, errno);
+    return;
+  }
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int one = 1, r;
+  if (listen_) {
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    r = bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 128) < 0 ? -1 : 0;
+  } else {
+    r = connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS ? -1 : 0;
+  }
+  if (r < 0) {
+    int err = errno;
+    close(fd);
+    send_errno(id, err);
+    return;
+  }
+  send_frame(REP_FD, id, NULL, 0, fd); /* the host checks what it is */
+  close(fd);
+}
+
 static void add_sink(int fd) {
-  if (2 + n_sinks == cap_sinks) {
+  if (SINK0 + n_sinks == cap_sinks) {
     cap_sinks *= 2;
     pfds = realloc(pfds, sizeof *pfds * cap_sinks);
     if (!pfds) die("realloc");
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  pfds[2 + n_sinks].fd = fd;
-  pfds[2 + n_sinks].events = POLLIN;
-  pfds[2 + n_sinks].revents = 0;
+  pfds[SINK0 + n_sinks].fd = fd;
+  pfds[SINK0 + n_sinks].events = POLLIN;
+  pfds[SINK0 + n_sinks].revents = 0;
   n_sinks++;
 }
 
 static void drain_sinks(void) {
   static char junk[65536];
   for (size_t i = 0; i < n_sinks;) {
-    struct pollfd *p = &pfds[2 + i];
+    struct pollfd *p = &pfds[SINK0 + i];
     if (p->revents) {
       ssize_t r = read(p->fd, junk, sizeof junk);
       if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
         close(p->fd);
-        pfds[2 + i] = pfds[2 + n_sinks - 1];
+        pfds[SINK0 + i] = pfds[SINK0 + n_sinks - 1];
         n_sinks--;
         continue;
       }
@@ -1512,8 +1569,15 @@ static void reap(void) {
   }
 }
 
-/* Read one request; returns 0 on success, -1 when the host has gone. */
-static int handle_request(void) {
+static void drop_connector(void) {
+  if (pfds[2].fd >= 0) close(pfds[2].fd);
+  pfds[2].fd = -1; /* poll(2) skips it */
+  pfds[2].revents = 0;
+}
+
+/* Read one request from ctrl; returns 0 on success, -1 when the host has gone.  ``narrow``: ctrl is
+ * the connector, where only 'T' is served. */
+static int handle_request(int narrow) {
   char hdr[9];
   int fds[MAX_FDS], nfds = 0;
   if (recv_with_fds(ctrl, hdr, sizeof hdr, fds, &nfds) < 0) return -1;
@@ -1531,6 +1595,7 @@ static int handle_request(void) {
   }
   payload[plen] = 0;
   /* descriptors travel in MSG_CMSG_CLOEXEC; the command's copies are dup2'd */
+  if (narrow && type != REQ_LOOPBACK) type = 0; /* ENOSYS below */
   switch (type) {
     case REQ_SPAWN:
       do_spawn(id, payload, plen, fds, nfds);
@@ -1550,6 +1615,19 @@ static int handle_request(void) {
       break;
     case REQ_RESET:
       do_reset(id);
+      break;
+    case REQ_LOOPBACK:
+      do_loopback(id, payload, plen);
+      break;
+    case REQ_CONNECTOR:
+      if (nfds != 1) {
+        send_errno(id, EINVAL);
+        break;
+      }
+      drop_connector();
+      pfds[2].fd = fds[0];
+      nfds = 0;
+      send_str(REP_OK, id, "");
       break;
     case REQ_LAST_PID: {
       char buf[32] = "0";
@@ -1823,6 +1901,8 @@ int main(int argc, char **argv) {
   pfds[0].events = POLLIN;
   pfds[1].fd = sfd;
   pfds[1].events = POLLIN;
+  pfds[2].fd = -1;
+  pfds[2].events = POLLIN;
   root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
   proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0 || proc_fd < 0) die("opening / and /proc");
@@ -1834,7 +1914,7 @@ int main(int argc, char **argv) {
    * when the host has placed the executor in its cgroup (no PID namespace holds it back meanwhile) */
   if (!opts.landlock) make_standby();
   for (;;) {
-    int r = poll(pfds, 2 + n_sinks, -1);
+    int r = poll(pfds, SINK0 + n_sinks, -1);
     if (r < 0) {
       if (errno == EINTR) continue;
       die("poll");
@@ -1846,8 +1926,16 @@ int main(int argc, char **argv) {
       reap();
     }
     if (n_sinks) drain_sinks();
+    if (pfds[2].revents & POLLIN) {
+      ctrl = pfds[2].fd;
+      int gone = handle_request(1) < 0;
+      ctrl = opts.ctrl;
+      if (gone) drop_connector();
+    } else if (pfds[2].revents) {
+      drop_connector();
+    }
     if (pfds[0].revents & POLLIN) {
-      if (handle_request() < 0) quit();
+      if (handle_request(0) < 0) quit();
     } else if (pfds[0].revents & (POLLHUP | POLLERR)) {
       quit();
     }

@@ -14,12 +14,29 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ..config import check_network
 from ..errors import TaskError
 from .paths import DEFAULT_PATHS, Paths
 
-PLACEHOLDERS = ("query", "workdir", "input_dir", "output_dir", "answer_file", "inputs", "inputs_inline")
+PLACEHOLDERS = ("query", "workdir", "input_dir", "output_dir", "answer_file", "inputs", "inputs_inline", "network")
 
 _SECTION = re.compile(r"^\[(system|instance)\]\s*$", re.M)
+
+
+def network_note(network: str | None) -> str:
+    """What the model is told about the network (the ``{network}`` placeholder)."""
+    if network is None:
+        return "the network may be off."
+    if network == "none":
+        return "there is no network: use what is installed."
+    if network == "host":
+        return "the network is on."
+    policy = check_network(network)
+    assert policy is not None
+    hosts = ", ".join(dict.fromkeys(("*." if r.wildcard else "") + r.host for r in policy.rules))
+    pip = " (pip install works)" if any(r.host == "pypi.org" for r in policy.rules) else ""
+    return (f"the network reaches only these hosts, through a proxy already set in the environment "
+            f"(HTTP_PROXY, HTTPS_PROXY): {hosts}{pip}; every other host is refused.")
 
 
 @dataclass(frozen=True)
@@ -54,9 +71,10 @@ class PromptTemplate:
         return cls(sections["system"], sections["instance"], source)
 
     def render(self, query: str, inputs: dict[str, str], *, paths: Paths = DEFAULT_PATHS,
-               input_dir: str | None = None) -> tuple[str, str]:  # fmt: skip
+               input_dir: str | None = None, network: str | None = None) -> tuple[str, str]:  # fmt: skip
         """(system, instance) text for a task whose inputs are ``name -> text``, placed in ``input_dir``
-        (default ``paths.input_dir``), in a sandbox whose paths are ``paths`` (default: ``/testbed``'s)."""
+        (default ``paths.input_dir``), in a sandbox whose paths are ``paths`` (default: ``/testbed``'s)
+        and whose network is ``network`` (``SandboxConfig.network``; None: not known)."""
         if input_dir is None:
             input_dir = paths.input_dir
         listing = "\n".join(f"- {input_dir}/{n} ({len(t.encode())} bytes)" for n, t in sorted(inputs.items()))
@@ -69,5 +87,6 @@ class PromptTemplate:
             "answer_file": paths.answer_file,
             "inputs": listing or "(none)",
             "inputs_inline": inline,
+            "network": network_note(network),
         }
         return self.system.format(**values), self.instance.format(**values).rstrip() + "\n"

@@ -62,6 +62,8 @@ class RunResult:
     final_text: str | None = None
     finish_reason: str | None = None  # the last reply's ("length": it was cut)
     truncated_replies: int = 0  # replies cut by max_tokens or the context (finish_reason "length")
+    # network="allow:...": the run's requests through the egress proxy (``egress.Request.as_dict``)
+    network_requests: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -323,10 +325,11 @@ def run_task(
 
 def _run_in(sb: Sandbox, task: Task, model: Any, template: PromptTemplate, limits: AgentLimits, out: Path,
             writer: TrajectoryWriter, start: float, on_step: Callable[[Agent, Step], None] | None) -> RunResult:  # fmt: skip
-    answer, skipped, outcome = None, [], Outcome(ExitReason.INTERRUPTED)
+    answer, skipped, outcome, requests = None, [], Outcome(ExitReason.INTERRUPTED), []
     paths = Paths.of(sb)
     input_dir = stage_inputs(sb, task)
-    system, instance = template.render(task.query, task_inputs(task), paths=paths, input_dir=input_dir)
+    system, instance = template.render(task.query, task_inputs(task), paths=paths, input_dir=input_dir,
+                                       network=sb.config.network)  # fmt: skip
     _keep_query(writer, task, system, instance)
     tools = Tools(sb)
 
@@ -351,7 +354,11 @@ def _run_in(sb: Sandbox, task: Task, model: Any, template: PromptTemplate, limit
             tools.close()
             if answer is not None:
                 (out / "answer.txt").write_text(readable(answer), encoding="utf-8")
-            writer.update(agent, skipped_outputs=skipped, answer=answer, final=True)
+            extra = {}
+            if sb.config.policy is not None:  # every request through the egress proxy, allowed or not
+                requests = [r.as_dict() for r in sb.network_log()]
+                extra["network_requests"] = requests
+            writer.update(agent, skipped_outputs=skipped, answer=answer, final=True, **extra)
     if outcome.reason is ExitReason.SANDBOX_ERROR and outcome.error is not None:
         raise outcome.error
     last = next((m.get("content") for m in reversed(agent.messages) if m.get("role") == "assistant"
@@ -362,7 +369,7 @@ def _run_in(sb: Sandbox, task: Task, model: Any, template: PromptTemplate, limit
                      model_s=round(sum(s.model_s for s in agent.steps), 4), last_message=last,
                      reason=outcome.reason, final_text=final_text(agent.steps, names),
                      finish_reason=agent.steps[-1].finish_reason if agent.steps else None,
-                     truncated_replies=_cut(agent.steps))  # fmt: skip
+                     truncated_replies=_cut(agent.steps), network_requests=requests)  # fmt: skip
 
 
 def _run_vanilla(task: Task, model: Any, system: str, instance: str, out: Path, writer: TrajectoryWriter,

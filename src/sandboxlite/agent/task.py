@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import TaskError
+from ..config import check_network
+from ..errors import ConfigError, TaskError
 from .paths import DEFAULT_PATHS, DEFAULT_WORKDIR
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -49,7 +50,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "input_dir": ((str,), "a host directory path", False),
     "input_path": ((str,), "an absolute sandbox path under /testbed or /tmp", False),
     "rootfs": ((str,), 'a string ("auto", "host", an image name or a directory)', False),
-    "network": ((str,), '"none" or "host"', False),
+    "network": ((str,), '"none", "host" or "allow:RULE,..."', False),
     "max_steps": ((int,), "a positive integer", False),
     "timeout_s": ((int, float), "a positive number of seconds", False),
     "model": ((str, type(None)), "a model name or null", False),
@@ -107,8 +108,10 @@ class Task:
             parts = Path(ip).parts
             if not ip.startswith((DEFAULT_WORKDIR + "/", "/tmp/")) or ".." in parts or "\0" in ip or len(parts) < 3:
                 raise TaskError("input_path", f"expected {_FIELDS['input_path'][1]} (not the directory itself), got {ip!r:.60}")
-        if data.get("network", "none") not in ("none", "host"):
-            raise TaskError("network", f'expected "none" or "host", got {data["network"]!r}')
+        try:
+            check_network(data.get("network", "none"))
+        except ConfigError as e:
+            raise TaskError("network", e.message.removeprefix("network: "), hint=e.hint) from None
         if data.get("max_steps", 1) <= 0:
             raise TaskError("max_steps", "expected a positive integer")
         if data.get("timeout_s", 1) <= 0:

@@ -55,6 +55,7 @@ from .summary import summarize, to_markdown, write_chart
 MODES = ("sandbox", "vanilla")
 SCORINGS = ("strict", "paper")
 MAX_RESPONSE_CHARS = 4000  # kept in results.jsonl (the whole response is in the trajectory)
+MAX_RECORD_REQUESTS = 200  # egress requests kept in a record (all of them are in the trajectory)
 MAX_ERRORS_SHOWN = 5
 
 
@@ -415,6 +416,9 @@ class Evaluator:
                           response_source=source, finish_reason=res.finish_reason,
                           truncated=res.truncated_replies > 0, truncated_replies=res.truncated_replies,
                           steps=res.steps, usage=res.usage, response=(response or "")[:MAX_RESPONSE_CHARS])  # fmt: skip
+            if res.network_requests or cfg.network.startswith("allow:"):
+                record["network_requests"] = res.network_requests[:MAX_RECORD_REQUESTS]
+                record["network_request_count"] = len(res.network_requests)
             if res.reason is ExitReason.MODEL_ERROR:
                 record["error"] = res.exit_reason
             scorer, scoring = self._scorer(job.domain)

@@ -336,7 +336,8 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
             paths = Paths.of(sb, self.layout)
             input_dir = stage_inputs(sb, task, paths)
             system, instance = self._template(task.prompt).render(task.query, task_inputs(task), paths=paths,
-                                                                  input_dir=input_dir)  # fmt: skip
+                                                                  input_dir=input_dir,
+                                                                  network=sb.config.network)  # fmt: skip
         except BaseException:
             self._release()
             raise
