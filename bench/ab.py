@@ -55,6 +55,15 @@ for line in sys.stdin:
 """
 
 
+def write_json(result: dict, name: str, path: Path | None) -> Path:
+    """Write ``result`` to ``path`` (default ``bench/results/NAME-<time>.json``) and say where."""
+    path = path or HERE / "results" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(f"JSON: {path}")
+    return path
+
+
 def percentile(vals: list[float], q: float) -> float:
     s = sorted(vals)
     k = (len(s) - 1) * q
@@ -148,10 +157,7 @@ def main() -> int:
               f"{st['old']['p90']:>8.3f} {st['new']['p90']:>8.3f}   {st['old']['p99']:>8.3f} {st['new']['p99']:>8.3f}")
         if ratio > 1 + opts.max_regression:
             regressed.append(m)
-    path = opts.json or HERE / "results" / f"ab-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"JSON: {path}")
+    write_json(result, "ab", opts.json)
     if regressed:
         print(f"regressed by more than {opts.max_regression:.0%}: {', '.join(regressed)}")
         return 1

@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from ab import METRICS, ROOT, Worker, percentile  # noqa: E402
+from ab import METRICS, ROOT, Worker, percentile, write_json  # noqa: E402
 
 MODES = ("namespaces", "landlock")
 
@@ -58,10 +58,7 @@ def main() -> int:
         ns, ll = st["namespaces"], st["landlock"]
         print(f"{m:<10} {ns['median']:>10.3f} {ll['median']:>10.3f} {ratio:>6.3f}   {ns['p90']:>8.3f} {ll['p90']:>8.3f}"
               f"   {ns['p99']:>8.3f} {ll['p99']:>8.3f}")
-    path = opts.json or HERE / "results" / f"isolation-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"JSON: {path}")
+    write_json(result, "isolation", opts.json)
     return 0
 
 

@@ -40,7 +40,7 @@ os.environ.setdefault("OPENAI_API_KEY", "bench")
 from tests.fake_openai import FakeOpenAIServer as S  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from ab import percentile  # noqa: E402
+from ab import percentile, write_json  # noqa: E402
 
 SYSTEM = "You are an agent in a sandbox. Use the tools."
 INSTANCE = "Task: {{problem_statement}}\nWrite the answer to /testbed/output/answer.txt and call submit."
@@ -154,10 +154,7 @@ def main() -> int:
         result["metrics"][metric] = st
         print(f"{metric:<22} {st['docker']['median']:>13.1f} {st['sandboxlite']['median']:>10.1f} {ratio:>6.1f}x   "
               f"{st['docker']['p90']:>10.1f} {st['sandboxlite']['p90']:>8.1f}")
-    path = opts.json or HERE / "results" / f"paper-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"JSON: {path}")
+    write_json(result, "paper", opts.json)
     return 0
 
 
