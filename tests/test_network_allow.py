@@ -105,3 +105,16 @@ def test_exec_cli_writes_the_request_log(tmp_path):
     assert entry["host"] == "example.invalid" and entry["allowed"] is False and entry["method"] == "CONNECT"
     r = CliRunner().invoke(main, ["exec", "--network", "allow:nosuchpreset", "--", "true"])
     assert r.exit_code == 2 and "unknown preset 'nosuchpreset'" in r.output
+
+
+def test_apt_install_from_debian_with_the_preset():
+    """Live: Debian's archive through the real proxy; dpkg renames directories in the copy-on-write
+    root (the overlay's userxattr mode lets it)."""
+    with Sandbox(network="allow:debian") as sb:
+        r = sb.exec("apt-get update -qq && apt-get install -y -qq --no-install-recommends sl >/dev/null && "
+                    "test -x /usr/games/sl && echo installed", timeout=300)  # fmt: skip
+        assert r.exit_code == 0 and r.stdout.decode().strip().endswith("installed"), r
+        hosts = {e.host for e in sb.network_log() if e.allowed}
+        assert "deb.debian.org" in hosts, sb.network_log()
+        sb.reset()  # a disposable root: the package is gone
+        assert sb.exec("test -e /usr/games/sl").exit_code != 0

@@ -209,6 +209,24 @@ def test_lean_copy_on_write_and_reset(lean):
         assert sb.exec(["python3", "-c", "import installed"]).exit_code == 1
 
 
+def test_new_directories_rename_in_the_copy_on_write_root(lean):
+    """dpkg (and pip, git) make a directory and rename it into place: overlay's userxattr mode lets
+    them (without it every directory rename in the root was EXDEV).  A directory of the image itself
+    still cannot be renamed (that needs redirect_dir, which a user namespace may not turn on):
+    EXDEV, which mv handles by copying."""
+    with Sandbox(rootfs="lean") as sb:
+        r = sb.exec(["python3", "-c", "import os, errno\n"
+                     "os.mkdir('/opt/new.tmp'); open('/opt/new.tmp/f', 'w').close()\n"
+                     "os.rename('/opt/new.tmp', '/opt/new')\n"
+                     "try: os.rename('/usr/share/doc', '/usr/share/doc.moved')\n"
+                     "except OSError as e: print(errno.errorcode[e.errno])\n"
+                     "print(sorted(os.listdir('/opt/new')))"])
+        assert r.exit_code == 0 and r.stdout == b"EXDEV\n['f']\n", r
+        assert sb.exec("mv /usr/share/doc /usr/share/doc.moved && test -d /usr/share/doc.moved").exit_code == 0
+        sb.reset()
+        assert sb.exec("test -d /usr/share/doc && test ! -e /opt/new").exit_code == 0
+
+
 NONROOT_IMPORT = r'''
 import json, sys
 from sandboxlite import Sandbox

@@ -587,8 +587,14 @@ static void gen_child(int ready_w, int hold_r) {
     mkdir_p("/.sl/gen/u", 0755);
     mkdir_p("/.sl/gen/w", 0755);
     char ovl[PATH_MAX + 64];
-    snprintf(ovl, sizeof ovl, "lowerdir=%s,upperdir=/.sl/gen/u,workdir=/.sl/gen/w", opts.lower);
-    if (mount("overlay", root, "overlay", 0, ovl) < 0) gen_fail("overlay", opts.lower);
+    /* userxattr: overlay keeps its marks in user.* xattrs, which a user namespace may set; without
+     * it, every directory rename is EXDEV here (dpkg, pip and git rename directories).  A kernel or
+     * upper tmpfs without user xattrs refuses the option: then the mount goes on without it */
+    snprintf(ovl, sizeof ovl, "lowerdir=%s,upperdir=/.sl/gen/u,workdir=/.sl/gen/w,userxattr", opts.lower);
+    if (mount("overlay", root, "overlay", 0, ovl) < 0) {
+      ovl[strlen(ovl) - strlen(",userxattr")] = 0;
+      if (mount("overlay", root, "overlay", 0, ovl) < 0) gen_fail("overlay", opts.lower);
+    }
     static const char *const jail[] = {"proc", "dev", "tmp", "testbed", "root"};
     for (size_t i = 0; i < sizeof jail / sizeof *jail; i++) {
       snprintf(path, sizeof path, "%s/%s", root, jail[i]);
