@@ -15,6 +15,18 @@ from sandboxlite import CommandFailed, CommandTimeout, ExecResult, Sandbox, Sand
 from .conftest import alive, jail_tree, tree
 
 
+def settled_tree(sb, within_s: float = 2.0) -> list[int]:
+    """``jail_tree(sb)`` once it is empty, or as it stands after ``within_s``: the sample that ended
+    the wait is the one returned (a second sample could catch the executor's own helpers, forked
+    for the next command or exiting, a moment later)."""
+    deadline = time.monotonic() + within_s
+    left = jail_tree(sb)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.01)
+        left = jail_tree(sb)
+    return left
+
+
 def test_exec_shell_string_and_argv(sb):
     r = sb.exec("echo out; echo err >&2; exit 3")
     assert (r.exit_code, r.stdout, r.stderr) == (3, b"out\n", b"err\n")
@@ -75,10 +87,7 @@ def test_timeout_kills_tree_and_daemons(sb):
     assert b"sleep 1000" not in ps and b"sleep 999" not in ps and b"sleep 2000" not in ps
     # host view: nothing of the command remains in the jail (its supervisor reports the
     # exit status, then exits itself: allow it a moment)
-    deadline = time.monotonic() + 2
-    while jail_tree(sb) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert jail_tree(sb) == []
+    assert settled_tree(sb) == []
 
 
 def test_timeout_spares_earlier_background_jobs(sb):
@@ -113,10 +122,7 @@ def test_reset_restores_pristine_state(sb):
     sb.reset()  # in place: the jail stays, everything in it goes
     assert not any(alive(p) for p in old)
     # (the helper that built the new filesystem exits on its own, a moment later)
-    deadline = time.monotonic() + 2
-    while jail_tree(sb) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert jail_tree(sb) == [] and (sb.bwrap_pid, sb.executor_pid) == (bwrap_pid, executor_pid)
+    assert settled_tree(sb) == [] and (sb.bwrap_pid, sb.executor_pid) == (bwrap_pid, executor_pid)
     r = sb.exec("ls -A /testbed /tmp; cat /root/z 2>&1 || true; ps -eo comm | grep -cx sleep || true")
     assert r.stdout.startswith(b"/testbed:\n\n/tmp:\n") and r.stdout.endswith(b"0\n"), r
     assert b"z\n" not in r.stdout
@@ -317,10 +323,7 @@ def test_ctrl_c_during_exec_stops_the_command_and_keeps_the_sandbox():
         with pytest.raises(KeyboardInterrupt):
             sb.exec("sleep 30 & sleep 31")
         assert time.monotonic() - t < 5
-        deadline = time.monotonic() + 3
-        while jail_tree(sb) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert jail_tree(sb) == []  # the command and what it started are gone
+        assert settled_tree(sb, 3.0) == []  # the command and what it started are gone
         assert sb.exec("echo still usable").stdout == b"still usable\n"
 
 
