@@ -118,3 +118,27 @@ def test_apt_install_from_debian_with_the_preset():
         assert "deb.debian.org" in hosts, sb.network_log()
         sb.reset()  # a disposable root: the package is gone
         assert sb.exec("test -e /usr/games/sl").exit_code != 0
+
+
+def test_a_sandbox_stays_with_its_proxy_when_the_hosts_is_replaced(host, origins):
+    """set_egress_proxy serves sandboxes that start afterwards: one already running keeps its
+    proxy for its log, its resets and its close."""
+    import dataclasses
+
+    from sandboxlite.egress import EgressProxy
+
+    a, _ = origins
+    h = dataclasses.replace(host)
+    h.set_egress_proxy(host.egress_proxy())
+    with Sandbox(network=f"allow:pkg.test:{a}", host=h) as sb:
+        assert curl(sb, f"http://pkg.test:{a}/one")[1].endswith("200")
+        other = EgressProxy()
+        h.set_egress_proxy(other)
+        try:
+            assert [e.allowed for e in sb.network_log()] == [True]
+            sb.reset()
+            assert sb.network_log() == [] and curl(sb, f"http://pkg.test:{a}/two")[1].endswith("200")
+        finally:
+            sb.close()
+            other.close()
+    assert [e.allowed for e in sb.network_log()] == [True] and other.tenants() == []

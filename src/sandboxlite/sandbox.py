@@ -56,6 +56,7 @@ class Sandbox:
         self._shells: weakref.WeakSet = weakref.WeakSet()
         self._jail: launch.Jail | None = None
         self._egress: str | None = None  # this sandbox's name at the egress proxy, while served
+        self._proxy: egress.EgressProxy | None = None  # that proxy (the Host's may be replaced meanwhile)
         self._egress_log: list[egress.Request] = []  # the last episode's log, once no longer served
         self._ports: PortForwarder | None = None  # the host sockets of config.expose
         self.host = host if host is not None else default_host()
@@ -80,17 +81,17 @@ class Sandbox:
             listener = jail.loopback("listen", PROXY_PORT)
             name = f"sandbox-{jail.executor_pid}-{id(self):x}"
             lim = self.config.limits
-            self.host.egress_proxy().add(name, policy, egress.EgressLimits(lim.egress_mb << 20, lim.egress_connections),
-                                         listener=listener)  # fmt: skip
+            proxy = self.host.egress_proxy()
+            proxy.add(name, policy, egress.EgressLimits(lim.egress_mb << 20, lim.egress_connections), listener=listener)
         except BaseException:
             jail.teardown()
             raise
-        self._egress = name
+        self._egress, self._proxy = name, proxy
 
     def _stop_egress(self) -> None:
         if self._egress is not None:
-            self._egress_log = self.host.egress_proxy().remove(self._egress)
-            self._egress = None
+            self._egress_log = self._proxy.remove(self._egress)  # type: ignore[union-attr]
+            self._egress = self._proxy = None
 
     # -- ports in (config.expose) ----------------------------------------------------------------
     def connect(self, port: int) -> socket.socket:
@@ -119,7 +120,7 @@ class Sandbox:
         a new log; after close() it is the last episode's.  Empty for other network modes."""
         if self._egress is None:
             return list(self._egress_log)
-        return self.host.egress_proxy().log(self._egress)
+        return self._proxy.log(self._egress)  # type: ignore[union-attr]
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -153,7 +154,7 @@ class Sandbox:
                     if jail.regenerate():
                         self.generation += 1
                         if self._egress is not None:  # a fresh episode: a fresh log and byte budget
-                            self.host.egress_proxy().restart(self._egress)
+                            self._proxy.restart(self._egress)  # type: ignore[union-attr]
                         return
                 except (SandboxCrashed, TimeoutError):
                     pass
