@@ -100,6 +100,24 @@ def _public(address: str) -> bool:
     return not (ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified or ip.is_reserved)
 
 
+@dataclass(frozen=True)
+class Tenancy:
+    """A sandbox's place at the proxy that serves it (``EgressProxy.add``): the proxy itself, not
+    whichever one the Host serves by the time of a reset or close."""
+
+    proxy: "EgressProxy"
+    sandbox: str
+
+    def log(self) -> list[Request]:
+        return self.proxy.log(self.sandbox)
+
+    def restart(self) -> list[Request]:
+        return self.proxy.restart(self.sandbox)
+
+    def remove(self) -> list[Request]:
+        return self.proxy.remove(self.sandbox)
+
+
 class EgressProxy:
     """The filtering proxy (see the module docstring).  ``resolver`` and ``allow_loopback`` exist
     for tests and benchmarks on loopback: a real proxy resolves with the host's resolver and
@@ -122,9 +140,9 @@ class EgressProxy:
 
     # -- tenants ---------------------------------------------------------------------------
     def add(self, sandbox: str, policy: Policy, limits: EgressLimits | None = None, *,
-            listener: socket.socket) -> None:  # fmt: skip
+            listener: socket.socket) -> "Tenancy":  # fmt: skip
         """Serve ``sandbox``: connections accepted on ``listener`` (a listening socket, which the
-        proxy now owns and closes) follow ``policy``."""
+        proxy now owns and closes) follow ``policy``.  Returns the handle the sandbox keeps."""
         if not sandbox:
             raise ConfigError("sandbox", "a sandbox needs a non-empty id")
         listener.setblocking(False)
@@ -140,6 +158,7 @@ class EgressProxy:
                 self._thread = threading.Thread(target=self._accept_loop, daemon=True, name="sandboxlite-egress")
                 self._thread.start()
         self._wake()
+        return Tenancy(self, sandbox)
 
     def remove(self, sandbox: str) -> list[Request]:
         """Stop serving ``sandbox``: its listener is closed, its open connections end; returns its log."""

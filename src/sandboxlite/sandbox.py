@@ -55,8 +55,7 @@ class Sandbox:
         self.generation = 0
         self._shells: weakref.WeakSet = weakref.WeakSet()
         self._jail: launch.Jail | None = None
-        self._egress: str | None = None  # this sandbox's name at the egress proxy, while served
-        self._proxy: egress.EgressProxy | None = None  # that proxy (the Host's may be replaced meanwhile)
+        self._egress: egress.Tenancy | None = None  # its place at the egress proxy, while served
         self._egress_log: list[egress.Request] = []  # the last episode's log, once no longer served
         self._ports: PortForwarder | None = None  # the host sockets of config.expose
         self.host = host if host is not None else default_host()
@@ -81,17 +80,15 @@ class Sandbox:
             listener = jail.loopback("listen", PROXY_PORT)
             name = f"sandbox-{jail.executor_pid}-{id(self):x}"
             lim = self.config.limits
-            proxy = self.host.egress_proxy()
-            proxy.add(name, policy, egress.EgressLimits(lim.egress_mb << 20, lim.egress_connections), listener=listener)
+            self._egress = self.host.egress_proxy().add(name, policy, egress.EgressLimits(
+                lim.egress_mb << 20, lim.egress_connections), listener=listener)  # fmt: skip
         except BaseException:
             jail.teardown()
             raise
-        self._egress, self._proxy = name, proxy
 
     def _stop_egress(self) -> None:
         if self._egress is not None:
-            self._egress_log = self._proxy.remove(self._egress)  # type: ignore[union-attr]
-            self._egress = self._proxy = None
+            self._egress_log, self._egress = self._egress.remove(), None
 
     # -- ports in (config.expose) ----------------------------------------------------------------
     def connect(self, port: int) -> socket.socket:
@@ -118,9 +115,7 @@ class Sandbox:
         """This episode's requests through the egress proxy (network="allow:..."): time, host,
         port, allowed or not, the rule that allowed it or why not, bytes each way.  A reset starts
         a new log; after close() it is the last episode's.  Empty for other network modes."""
-        if self._egress is None:
-            return list(self._egress_log)
-        return self._proxy.log(self._egress)  # type: ignore[union-attr]
+        return self._egress.log() if self._egress is not None else list(self._egress_log)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -154,7 +149,7 @@ class Sandbox:
                     if jail.regenerate():
                         self.generation += 1
                         if self._egress is not None:  # a fresh episode: a fresh log and byte budget
-                            self._proxy.restart(self._egress)  # type: ignore[union-attr]
+                            self._egress.restart()
                         return
                 except (SandboxCrashed, TimeoutError):
                     pass
