@@ -318,6 +318,10 @@ def _on_sigterm(signum, frame):
               help='Override the task\'s rootfs: "auto" (the default), "host", an image name or a directory.')  # fmt: skip
 @click.option("--constrained", type=click.Choice(["retry", "always", "never"]), default=None,
               help="local models: grammar-constrained tool calls (default: retry a turn that did not parse).")
+@click.option("--profile", type=click.Choice(["auto", "small", "standard"]), default=None,
+              help="local models: the prompt profile: small (a short prompt, commands in ```bash blocks, the "
+              "answer as a plain reply), standard (tools as JSON calls), auto (small below 1B parameters: "
+              "the default).")  # fmt: skip
 @click.option("--tool-format", type=click.Choice(["native", "text", "auto"]), default=None,
               help="Servers: tool calls through the API's tools parameter (native, the default), written as text "
               "in the reply (text: servers without a tool-call parser), or native until the server refuses "
@@ -333,8 +337,8 @@ def _on_sigterm(signum, frame):
 @click.option("--quiet", is_flag=True, help="No step-by-step view.")
 @isolation_option
 def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens, token_budget, extra_body, max_steps,
-        timeout_s, input_dir, network, rootfs, constrained, tool_format, context_tokens, output_dir, overwrite, prompt_file, mode, quiet,
-        isolation) -> None:  # fmt: skip
+        timeout_s, input_dir, network, rootfs, constrained, profile, tool_format, context_tokens, output_dir, overwrite,
+        prompt_file, mode, quiet, isolation) -> None:  # fmt: skip
     """Let a model solve TASK.json (or a --query; "-" reads the task from stdin) inside a fresh sandbox;
     outputs land in --output-dir.
 
@@ -374,7 +378,7 @@ def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens
         model = resolve_model(name, base_url=base_url, api_key=api_key,
                               temperature=temperature, max_tokens=max_tokens, extra_body=extra_body,
                               constrained=constrained, tool_format=tool_format,
-                              context_tokens=context_tokens)  # fmt: skip
+                              context_tokens=context_tokens, profile=profile)  # fmt: skip
         if hasattr(model, "preflight"):  # a bad URL, key or model name fails here, before the sandbox starts
             model.preflight()
         on_step = None if quiet else _print_step

@@ -15,6 +15,13 @@ every turn yields a valid call: as the retry after a turn that did not parse (th
 always (``constrained="always"``).  A reply thrown away for its retry is kept in the reply's
 ``discarded`` (the trajectory's step shows it).
 
+Two prompt profiles (``profile``): **standard**, the above; **small**, for models under
+``SMALL_MODEL_PARAMS`` parameters (``"auto"``, the default, picks it by the GGUF's parameter
+count: the embedded 135M model gets it): a short prompt (``templates/small.txt``, chosen by
+``run_task``), commands in ```bash / ```python blocks, the answer as a plain reply
+(``textcalls`` says why), and no grammar-constrained retry (forced JSON calls made it write
+commands such as ``2 + 3``).  Calls in ``<tool_call>`` tags are still read.
+
 Usage per reply: prompt, completion and total tokens, and the two rates apart:
 ``prefill_tokens_per_s`` (reading the prompt) and ``decode_tokens_per_s`` (writing the reply).
 """
@@ -41,6 +48,10 @@ INSTALL_HINT = "pip install 'sandboxlite[local]'   (compiles llama.cpp: about 5 
 PINNED_SHA256: dict[str, str] = {
     "SmolLM2-135M-Instruct.Q4_1.gguf": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 }
+
+SMALL_MODEL_PARAMS = 1_000_000_000  # below this, profile "auto" is "small"
+PROFILES = ("auto", "small", "standard")
+
 
 @dataclass(frozen=True)
 class LocalModelFile:
@@ -134,11 +145,15 @@ class LocalModel:
         max_tokens: int | None = None,  # per reply; None: what the context leaves
         temperature: float = 0.2,
         top_p: float = 0.95,
-        constrained: str = "retry",  # "retry" (after a turn that did not parse), "always", "never"
+        constrained: str | None = None,  # "retry" (after a turn that did not parse), "always", "never";
+        # None: the profile's ("retry" for standard, "never" for small)
         seed: int = 0,
+        profile: str = "auto",  # "small", "standard", or "auto": small below SMALL_MODEL_PARAMS
     ) -> None:
-        if constrained not in ("retry", "always", "never"):
+        if constrained not in (None, "retry", "always", "never"):
             raise ValueError(f"constrained must be 'retry', 'always' or 'never', got {constrained!r}")
+        if profile not in PROFILES:
+            raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
         try:
             import llama_cpp
         except ImportError:
@@ -148,7 +163,6 @@ class LocalModel:
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive integer or None, got {max_tokens!r}")
         self.max_tokens, self.temperature, self.top_p, self.seed = max_tokens, temperature, top_p, seed
-        self.constrained = constrained
         # decode is about a third faster with a thread per core than with one on 2 cores (measured)
         threads = n_threads or int(os.environ.get("SANDBOXLITE_LOCAL_THREADS", 0)) or usable_cores()
         n_ctx = n_ctx or int(os.environ.get("SANDBOXLITE_LOCAL_CTX", 8192))
@@ -160,8 +174,14 @@ class LocalModel:
         own = bool(self.llm.metadata.get("tokenizer.chat_template"))
         if not own:
             self.llm.chat_format = "chatml"
+        params = _n_params(self.llm)
+        if profile == "auto":
+            profile = "small" if params is not None and params < SMALL_MODEL_PARAMS else "standard"
+        self.profile = profile
+        self.constrained = constrained or ("never" if profile == "small" else "retry")
         self.info = {"path": str(self.file.path), "load_s": round(time.monotonic() - t0, 3), "n_ctx": n_ctx,
-                     "n_threads": threads, "max_tokens": max_tokens, "constrained": constrained,
+                     "n_threads": threads, "max_tokens": max_tokens, "constrained": self.constrained,
+                     "profile": profile, "n_params": params,
                      "chat_template": "the model's own" if own else "chatml"}  # fmt: skip
         self.endpoint = None  # in-process
         self.context_tokens = n_ctx  # the loop clips tool outputs so that the next request fits
@@ -185,14 +205,18 @@ class LocalModel:
 
     def rendered(self, messages: list[dict], tools: list[dict]) -> list[dict]:
         """``messages`` as this model reads them (the tools described in the system message)."""
-        return render_text_tools(messages, tools)
+        return render_text_tools(messages, tools, self._style)
+
+    @property
+    def _style(self) -> str:
+        return "blocks" if self.profile == "small" else "json"
 
     def _complete(self, messages: list[dict], tools: list[dict]) -> AssistantMessage:
-        prompt = render_text_tools(messages, tools)
+        prompt = render_text_tools(messages, tools, self._style)
         known = {t["function"]["name"] for t in tools}
         grammar = self._grammar(tools) if tools and self.constrained == "always" else None
         text, usage, finish = self._generate(prompt, grammar)
-        calls, error = self._parse(text, known)
+        calls, error = self._parse(text, known, self.profile == "small")
         discarded = []
         if tools and not calls and self.constrained == "retry":
             why = error.message if error is not None else "no tool call"
@@ -200,7 +224,7 @@ class LocalModel:
             text, usage2, finish = self._generate(prompt, self._grammar(tools))
             usage = {k: usage.get(k, 0) + usage2[k] if k in USAGE_KEYS else usage2[k] for k in usage2}  # rates: the retry's
             usage["constrained_retry"] = 1
-            calls, error = self._parse(text, known)
+            calls, error = self._parse(text, known, self.profile == "small")
         if error is not None and not calls:
             error.reply = AssistantMessage(content=text, tool_calls=[], usage=usage, finish_reason=finish,  # type: ignore[attr-defined]
                                            native=False, discarded=discarded)  # fmt: skip
@@ -210,9 +234,9 @@ class LocalModel:
 
     # -- helpers -------------------------------------------------------------------------------
     @staticmethod
-    def _parse(text: str, known: set[str]):
+    def _parse(text: str, known: set[str], code_blocks: bool):
         try:
-            return parse_text_tool_calls(text, known), None
+            return parse_text_tool_calls(text, known, code_blocks=code_blocks), None
         except FormatError as e:
             return [], e
 
@@ -255,6 +279,16 @@ class LocalModel:
         else:  # (an older llama-cpp-python) one rate, prefill included
             usage["tokens_per_s"] = round(usage["completion_tokens"] / seconds, 1) if seconds > 0 else 0.0
         return text, usage, r["choices"][0].get("finish_reason")
+
+
+def _n_params(llm: Any) -> int | None:
+    """The model's parameter count as llama.cpp reads it from the GGUF (None if it cannot say)."""
+    try:
+        import llama_cpp
+
+        return int(llama_cpp.llama_model_n_params(llm._model.model))
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def usable_cores() -> int:

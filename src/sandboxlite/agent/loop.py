@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ContextOverflow, FormatError, LimitsExceeded, ModelError, SandboxError, Submitted, ToolError
+from .model import THINK_RE
 from .outcome import ExitReason, Outcome, StepOutcome
 from .paths import DEFAULT_PATHS
 from .tools import clip_middle
@@ -39,11 +40,14 @@ def no_answer_file(answer_file: str) -> str:
             "execute_bash), then call submit again. A second submit without it ends the task with no answer.")  # fmt: skip
 
 
-def stuck_nudge(times: int, answer_file: str) -> str:
-    """What the model is told after ``times`` turns in a row made the same calls with the same results."""
+def stuck_nudge(times: int, answer_file: str, *, plain_answers: bool = False) -> str:
+    """What the model is told after ``times`` turns in a row made the same calls with the same
+    results (``plain_answers``: in the words of the small-model profile, where a reply is the answer)."""
+    done = ("reply with just your final answer" if plain_answers
+            else f"write your final answer to {answer_file} and call submit")  # fmt: skip
     return (f"You have made the same tool call {times} times in a row and got the same result each time. "
-            "Repeating it will not change anything: try a different command, or write your final answer to "
-            f"{answer_file} and call submit. Another identical call ends the task.")  # fmt: skip
+            f"Repeating it will not change anything: try a different command, or {done}. "
+            "Another identical call ends the task.")  # fmt: skip
 
 
 # on a context overflow, tool outputs are clipped in these passes, each tried only when the one
@@ -86,7 +90,8 @@ class Step:
 
 class Agent:
     """One model working with ``tools`` under ``limits``; ``on_step(agent, step)`` after every turn;
-    ``remind_submit``: the first submit without an answer file is sent back once (see ``step``).
+    ``remind_submit``: the first submit without an answer file is sent back once (see ``step``);
+    ``plain_answers``: a reply without a tool call is the final answer, not a format error.
 
     Drive it with ``run(system, instance) -> Outcome``, or one turn at a time::
 
@@ -107,9 +112,11 @@ class Agent:
         *,
         on_step: Callable[["Agent", Step], None] | None = None,
         remind_submit: bool = True,
+        plain_answers: bool = False,
     ) -> None:
         self.model, self.tools = model, tools
         self.remind_submit = remind_submit  # False: every submit ends the run (an RL env's contract)
+        self.plain_answers = plain_answers  # the small-model profile: a reply without a call is the answer
         self.limits = limits or AgentLimits()
         self.on_step = on_step
         self.messages: list[dict[str, Any]] = []
@@ -153,6 +160,8 @@ class Agent:
           run out between calls) and after it, so the turn that takes the ``max_steps``-th step
           or uses up the token or time budget reports it at once: MAX_STEPS, TOKEN_BUDGET,
           WALL_TIME;
+        - with ``plain_answers`` (the small-model profile), a reply that calls no tool: SUBMITTED,
+          its text the answer (written to the answer file unless the model wrote one already);
         - ``max_format_errors`` replies in a row had no usable tool call: FORMAT_ERRORS;
         - ``max_repeats`` turns in a row made the same calls (name and arguments) and got the same
           results (errors included): the last of them is answered with a nudge
@@ -202,6 +211,9 @@ class Agent:
         step = self._record(reply, time.monotonic() - t0, tools)
         self.messages.append(step.assistant)
         if not reply.tool_calls:
+            answer = THINK_RE.sub("", reply.content or "").strip() if self.plain_answers else ""
+            if answer:
+                return self._plain_answer(step, answer)
             self.steps.append(step)
             return self._format_error(no_tool_call(self._paths().answer_file), 0.0, step)
         self.format_errors = 0
@@ -225,7 +237,7 @@ class Agent:
         self._fit_outputs(step, reply)
         stuck = not submitted and self._count_repeat(step)
         if stuck is None:  # the last repetition allowed: answered, with a nudge
-            step.note = stuck_nudge(self.repeats + 1, self._paths().answer_file)
+            step.note = stuck_nudge(self.repeats + 1, self._paths().answer_file, plain_answers=self.plain_answers)
         self._answer(step, reply.native)
         self.steps.append(step)
         self._notify(step)
@@ -256,6 +268,35 @@ class Agent:
         if not self.steps:
             step.prompt = self._prompt_seen(tools)
         return step
+
+    def _plain_answer(self, step: Step, text: str) -> None:
+        """``plain_answers``: a reply that calls no tool is the model's final answer.  It is written
+        to the answer file unless the file already holds one (the model wrote it with a tool: a
+        closing remark must not replace it), and the run ends as submitted.  The step records both
+        as observations (tool "answer", then "submit"; ``data["plain_reply"]``)."""
+        self.format_errors = 0
+        t1 = time.monotonic()
+        if self.tools.answer_written():
+            obs = {"tool": "answer", "call_id": None, "arguments": {}, "output": "kept the answer file as it is",
+                   "data": {"plain_reply": True, "kept": True}}  # fmt: skip
+        else:
+            try:
+                result = self.tools.write_answer(text)
+                obs = {"tool": "answer", "call_id": None, "arguments": {}, "output": result.output,
+                       "data": {**result.data, "plain_reply": True}}  # fmt: skip
+            except ToolError as e:  # (unwritable: the model hears why, the run goes on)
+                step.observations.append({"tool": "answer", "call_id": None, "arguments": {},
+                                          "output": f"Error: {e.message}", "data": {"error": e.message}})  # fmt: skip
+                step.tools_s = time.monotonic() - t1
+                self._answer(step, False)
+                self.steps.append(step)
+                return self._notify(step)
+        step.observations += [obs, {"tool": "submit", "call_id": None, "arguments": {}, "output": "submitted",
+                                    "data": {"plain_reply": True}}]  # fmt: skip
+        step.tools_s = time.monotonic() - t1
+        self.steps.append(step)
+        self._notify(step)
+        raise Submitted("the model replied with its answer")
 
     # -- helpers -----------------------------------------------------------------------
     def _send_back_submit(self, data: dict[str, Any]) -> bool:

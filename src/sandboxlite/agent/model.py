@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 from ..errors import BadEndpoint, ContextOverflow, FormatError, ModelError
-from .textcalls import render_text_tools
+from .textcalls import code_block_command, render_text_tools
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,8 @@ _ARGS_RE = re.compile(r'"(?:arguments|parameters)"\s*:')
 _JSON_FENCES = {"", "json", "json5", "tool_call", "tool_code", "tool"}
 
 
-def parse_text_tool_calls(text: str, known_tools: set[str] | None = None) -> list[ToolCall]:
+def parse_text_tool_calls(text: str, known_tools: set[str] | None = None, *,
+                          code_blocks: bool = False) -> list[ToolCall]:  # fmt: skip
     """Tool calls written as text, in the order they appear; ``[]`` when there are none.
 
     Accepted: Hermes ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (several
@@ -123,7 +124,9 @@ def parse_text_tool_calls(text: str, known_tools: set[str] | None = None) -> lis
     them, or a bare JSON object with "name" and "arguments" ("parameters" and the OpenAI
     ``{"function": {...}}`` shape too; arguments may be an object or a JSON string).
     ``<think>`` blocks are ignored.  With ``known_tools``, loose JSON (fenced or bare)
-    only counts as a call when it names one of them.
+    only counts as a call when it names one of them.  With ``code_blocks`` (the small-model
+    profile), a reply with none of those whose first code block is shell or Python is one
+    ``execute_bash`` call of it (``textcalls.code_block_command``).
 
     Raises ``FormatError`` when the text clearly tries to call a tool but cannot be parsed.
     """
@@ -136,6 +139,10 @@ def parse_text_tool_calls(text: str, known_tools: set[str] | None = None) -> lis
         _format_error(
             'it looks like a tool call, but no complete JSON object with "name" and "arguments" was found', known_tools
         )
+    if not specs and code_blocks and (known_tools is None or "execute_bash" in known_tools):
+        command = code_block_command(text)
+        if command is not None:
+            specs = [{"name": "execute_bash", "arguments": {"command": command}}]
     return [_to_call(i, spec, known_tools) for i, spec in enumerate(specs)]
 
 
@@ -284,7 +291,7 @@ def _tool_names(tools: list[dict] | None) -> set[str] | None:
     return names or None
 
 
-def _with_text_fallback(msg: AssistantMessage, tools: list[dict] | None) -> AssistantMessage:
+def _with_text_fallback(msg: AssistantMessage, tools: list[dict] | None, *, code_blocks: bool = False) -> AssistantMessage:
     """Fill ``msg.tool_calls`` from its text when it has no native ones.
 
     A ``FormatError`` raised here carries the reply as ``.reply``.
@@ -292,7 +299,7 @@ def _with_text_fallback(msg: AssistantMessage, tools: list[dict] | None) -> Assi
     if msg.tool_calls or not msg.content:
         return msg
     try:
-        calls = parse_text_tool_calls(msg.content, _tool_names(tools))
+        calls = parse_text_tool_calls(msg.content, _tool_names(tools), code_blocks=code_blocks)
     except FormatError as e:
         e.reply = msg  # type: ignore[attr-defined]
         raise
@@ -542,11 +549,14 @@ class FakeModel:
     {...}}`` (optionally with "content"); ``{"tool_calls": [{"tool" or "name": ..,
     "arguments": ..}, ...]}``; an exception instance (raised); or a callable
     ``(messages, tools)`` returning one of those.  Arguments given as a str are kept raw.
+    ``profile="small"`` stands in for a small local model: its text is read as that profile's
+    (a code block is a command) and ``run_task`` gives it that profile's prompt and plain answers.
     """
 
     name = "fake"
 
-    def __init__(self, replies: list) -> None:
+    def __init__(self, replies: list, *, profile: str = "standard") -> None:
+        self.profile = profile
         self.replies = list(replies)
         self.calls: list[list[dict]] = []  # the messages of every call (deep copies)
         self._next = 0
@@ -562,7 +572,7 @@ class FakeModel:
             reply = reply(messages, tools)
         if isinstance(reply, BaseException):
             raise reply
-        return _with_text_fallback(self._convert(reply), tools)
+        return _with_text_fallback(self._convert(reply), tools, code_blocks=self.profile == "small")
 
     def _convert(self, reply: Any) -> AssistantMessage:
         if isinstance(reply, AssistantMessage):

@@ -38,14 +38,21 @@ def resolve_model(
     seed: int | None = None,
     tool_format: str | None = None,
     context_tokens: int | None = None,
+    profile: str | None = None,
 ) -> Any:
     """The model ``name`` stands for; sampling settings given as None keep the backend's default
     (the local model's own, an endpoint's: then not sent).  ``tool_format`` (an endpoint's:
     "native", "text" or "auto", see ``OpenAIModel``) and ``context_tokens`` (an endpoint's context
     size, for clipping tool outputs to fit) do not apply to the in-process local model, which
-    always writes its calls as text and knows its own context: giving them for it is an error."""
+    always writes its calls as text and knows its own context: giving them for it is an error.
+    ``profile`` (the in-process local model's prompt profile: "auto", "small", "standard", see
+    ``local.py``) is an error for the others."""
     from .model import OpenAIModel
 
+    in_process = (name == "local" or name.startswith("local:")) and not (base_url or os.environ.get("SANDBOXLITE_LOCAL_URL"))
+    if profile is not None and not in_process:
+        raise ConfigError("--profile", "applies to the in-process local model (--model local or local:PATH), "
+                          f"not to {name!r}", hint="leave it out")  # fmt: skip
     if name == "scripted":
         from .scripted import ScriptedModel
 
@@ -72,7 +79,7 @@ def resolve_model(
                               hint="give the path of a .gguf file: --model local:/path/model.gguf "
                               "(`sandboxlite models` lists the local ones)")  # fmt: skip
         given = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "seed": seed,
-                 "constrained": constrained}  # fmt: skip
+                 "constrained": constrained, "profile": profile}  # fmt: skip
         options = {k: v for k, v in given.items() if v is not None}
         return LocalModel(resolve_local(name), **options)
     base_url = base_url or os.environ.get("OPENAI_BASE_URL")

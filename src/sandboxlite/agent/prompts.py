@@ -46,9 +46,11 @@ class PromptTemplate:
     source: str
 
     @classmethod
-    def load(cls, path: str | None = None, *, mode: str = "sandbox") -> "PromptTemplate":
+    def load(cls, path: str | None = None, *, mode: str = "sandbox", profile: str = "standard") -> "PromptTemplate":
+        """The template file ``path``, else the built-in one for ``mode`` and the model's prompt
+        ``profile`` (``small``: the short sandbox prompt of the small-model profile, see ``local.py``)."""
         if path is None:
-            name = "vanilla.txt" if mode == "vanilla" else "default.txt"
+            name = "vanilla.txt" if mode == "vanilla" else "small.txt" if profile == "small" else "default.txt"
             text = resources.files("sandboxlite.agent").joinpath("templates", name).read_text()
             return cls.parse(text, f"builtin:{name}")
         try:

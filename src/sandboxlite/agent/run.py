@@ -270,6 +270,12 @@ def stage_inputs(sb: Sandbox, task: Task, paths: Paths | None = None) -> str:
     return input_dir
 
 
+def model_profile(model: Any) -> str:
+    """The prompt profile a model asks for (``profile``: "small" for the embedded local model, see
+    ``local.py``); "standard" for one that says nothing."""
+    return getattr(model, "profile", None) or "standard"
+
+
 def run_task(
     task: Task,
     model: Any,
@@ -292,7 +298,7 @@ def run_task(
     """
     out = Path(output_dir) if output_dir is not None else default_output_dir(task)
     out.mkdir(parents=True, exist_ok=True)
-    template = PromptTemplate.load(task.prompt, mode=mode)
+    template = PromptTemplate.load(task.prompt, mode=mode, profile=model_profile(model))
     limits = limits or AgentLimits(max_steps=task.max_steps, max_wall_s=task.timeout_s)
     writer = TrajectoryWriter(out / "trajectory.json", {
         "task": task_header(task), "model": getattr(model, "name", type(model).__name__), "mode": mode,
@@ -338,7 +344,7 @@ def _run_in(sb: Sandbox, task: Task, model: Any, template: PromptTemplate, limit
         if on_step is not None:
             on_step(agent, step)
 
-    agent = Agent(model, tools, limits, on_step=step_done)
+    agent = Agent(model, tools, limits, on_step=step_done, plain_answers=model_profile(model) == "small")
     try:
         outcome = agent.run(system, instance)
     finally:  # also on Ctrl-C: keep what there is

@@ -338,6 +338,13 @@ class Tools:
         """The model is done; the loop decides what happens next."""
         return ToolResult(output="submitted", submitted=True, data={})
 
+    def write_answer(self, text: str) -> ToolResult:
+        """Write ``text`` (a newline added) to the answer file, replacing what is there: the
+        small-model profile's plain reply taken as the answer (``Agent(plain_answers=True)``)."""
+        size = self._write(self.paths.answer_file, text.rstrip("\n") + "\n")
+        return ToolResult(output=f"The answer was written to {self.paths.answer_file} ({_plural(size, 'byte')})",
+                          data={"path": self.paths.answer_file, "bytes": size})  # fmt: skip
+
     def answer_written(self) -> bool:
         """Whether the answer file exists and holds more than whitespace."""
         try:

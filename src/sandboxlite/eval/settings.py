@@ -48,12 +48,13 @@ def rootfs_identity(spec: str) -> dict[str, Any]:
     return {"name": name, "digest": digest}
 
 
-def prompt_digests(modes: tuple[str, ...] = ("sandbox", "vanilla"), prompt: str | None = None) -> dict[str, str]:
+def prompt_digests(modes: tuple[str, ...] = ("sandbox", "vanilla"), prompt: str | None = None,
+                   profile: str = "standard") -> dict[str, str]:  # fmt: skip
     from ..agent.prompts import PromptTemplate
 
     out = {}
     for mode in modes:
-        t = PromptTemplate.load(prompt, mode=mode)
+        t = PromptTemplate.load(prompt, mode=mode, profile=profile)
         out[mode] = f"{t.source} sha256:{_sha([t.system, t.instance])[:16]}"
     return out
 
@@ -75,13 +76,15 @@ def model_identity(model: Any, name: str) -> dict[str, Any]:
 def run_settings(cfg: Any, model: Any, *, model_name: str, judge: Any = None,
                  environ: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Everything of ``cfg`` (an ``EvalConfig``) and the model that changes results."""
+    from ..agent.run import model_profile
+
     env = os.environ if environ is None else environ
     judge_model = getattr(judge, "model", None)
     return {
         "model": model_identity(model, model_name),
         "judge": model_identity(judge_model, getattr(judge_model, "name", "?")) if judge is not None else None,
         "limits": {"max_steps": cfg.max_steps, "timeout_s": cfg.timeout_s, "token_budget": cfg.token_budget},
-        "prompts": prompt_digests(prompt=cfg.prompt),
+        "prompts": prompt_digests(prompt=cfg.prompt, profile=model_profile(model)),
         "scoring": cfg.scoring,
         "rootfs": rootfs_identity(cfg.rootfs),
         "network": cfg.network,
