@@ -7,9 +7,12 @@ the share that were right.
 
 Each run is ``run_task`` as ``sandboxlite run`` makes it (for a local model: replies capped at
 512 tokens), in a fresh output folder.  **answered**: the run left a non-blank answer file;
-**right**: that answer equals the task's ``metadata.ground_truth`` (case, spaces and a final
-period ignored, the rule of the custom tasks' ``exact`` scoring); **submitted**: the model called
-submit.  Steps and wall time are medians over the runs.  The local model keeps its sampling
+**right**: that answer's final answer (its ``\boxed{}``, its last "answer:" line, else its last
+line) equals the task's ``metadata.ground_truth``, case, spaces and a final period ignored: the
+custom tasks' ``exact`` scoring; **ran a command**: the model ran at least one ``execute_bash``
+command; **submitted**: the run ended as submitted (a submit call, or with the small-model
+profile a plain reply).  ``--profile`` picks a local model's prompt profile (default: its own,
+"auto").  Steps and wall time are medians over the runs.  The local model keeps its sampling
 state between runs (one model, loaded once), so runs differ as consecutive samples do.
 
 Prints a table and writes JSON (schema ``sandboxlite.bench.demo/1``) to
@@ -44,11 +47,22 @@ def _revision() -> str:
         return "unknown"
 
 
+def _ran_a_command(trajectory: Path) -> bool:
+    """Whether the run's trajectory shows an execute_bash call that was run."""
+    try:
+        steps = json.loads(trajectory.read_text())["steps"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return any(o.get("tool") == "execute_bash" and "error" not in (o.get("data") or {})
+               for s in steps for o in s.get("observations", []))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="local")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--tasks", nargs="+", type=Path, default=DEFAULT_TASKS)
+    ap.add_argument("--profile", choices=["auto", "small", "standard"], default=None)
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest-demo.json")
     args = ap.parse_args(argv)
     if args.runs < 1:
@@ -60,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     from sandboxlite.eval.custom import score_row
 
     local = args.model == "local" or args.model.startswith("local:")
-    model = resolve_model(args.model, max_tokens=LOCAL_MAX_TOKENS if local else None)
+    options = {"profile": args.profile} if args.profile else {}  # (an older checkout has no profiles)
+    model = resolve_model(args.model, max_tokens=LOCAL_MAX_TOKENS if local else None, **options)
+    profile = getattr(model, "profile", None) or "standard"
     rows, runs = [], []
     with tempfile.TemporaryDirectory(prefix="demo-runs-") as tmp:
         for path in args.tasks:
@@ -73,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
                 wall = time.monotonic() - t0
                 answer = (r.answer or "").strip()
                 right = bool(answer) and score_row(answer, {"scoring": "exact", "answer": gold}).value == 1.0
-                per.append({"task": task.id, "run": k, "answered": bool(answer), "right": right,
+                ran = _ran_a_command(Path(tmp) / f"{task.id}-{k}" / "trajectory.json")
+                per.append({"task": task.id, "run": k, "answered": bool(answer), "right": right, "ran_command": ran,
                             "submitted": r.submitted, "steps": r.steps, "wall_s": round(wall, 2),
                             "exit_reason": r.exit_reason, "answer": answer[:200]})  # fmt: skip
                 print(f"  {task.id} run {k + 1}/{args.runs}: {r.exit_reason}, {r.steps} steps, {wall:.1f} s, "
@@ -82,19 +99,23 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"task": task.id, "runs": len(per),
                          "answered": sum(p["answered"] for p in per) / len(per),
                          "right": sum(p["right"] for p in per) / len(per),
+                         "ran_command": sum(p["ran_command"] for p in per) / len(per),
                          "submitted": sum(p["submitted"] for p in per) / len(per),
                          "steps_median": statistics.median(p["steps"] for p in per),
                          "wall_s_median": round(statistics.median(p["wall_s"] for p in per), 2)})  # fmt: skip
-    print(f"\nmodel {args.model}, {args.runs} runs per task, sandboxlite at {_revision()}")
-    print(f"{'task':10} {'runs':>4} {'answered':>9} {'right':>6} {'submitted':>10} {'steps':>6} {'wall s':>7}")
+    print(f"\nmodel {args.model} (profile {profile}), {args.runs} runs per task, sandboxlite at {_revision()}")
+    print(f"{'task':10} {'runs':>4} {'answered':>9} {'right':>6} {'ran cmd':>8} {'submitted':>10} {'steps':>6} "
+          f"{'wall s':>7}")  # fmt: skip
     for r in rows:
-        print(f"{r['task']:10} {r['runs']:>4} {r['answered']:>8.0%} {r['right']:>6.0%} {r['submitted']:>9.0%} "
-              f"{r['steps_median']:>6g} {r['wall_s_median']:>7.1f}")  # fmt: skip
+        print(f"{r['task']:10} {r['runs']:>4} {r['answered']:>8.0%} {r['right']:>6.0%} {r['ran_command']:>7.0%} "
+              f"{r['submitted']:>9.0%} {r['steps_median']:>6g} {r['wall_s_median']:>7.1f}")  # fmt: skip
     n = len(runs)
-    print(f"{'all':10} {n:>4} {sum(p['answered'] for p in runs) / n:>8.0%} {sum(p['right'] for p in runs) / n:>6.0%} "
-          f"{sum(p['submitted'] for p in runs) / n:>9.0%}")  # fmt: skip
+    share = {k: sum(p[k] for p in runs) / n for k in ("answered", "right", "ran_command", "submitted")}
+    print(f"{'all':10} {n:>4} {share['answered']:>8.0%} {share['right']:>6.0%} {share['ran_command']:>7.0%} "
+          f"{share['submitted']:>9.0%} {statistics.median(p['steps'] for p in runs):>6g} "
+          f"{statistics.median(p['wall_s'] for p in runs):>7.1f}")  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"schema": "sandboxlite.bench.demo/1", "model": args.model, "revision": _revision(),
+    args.json.write_text(json.dumps({"schema": "sandboxlite.bench.demo/1", "model": args.model, "profile": profile, "revision": _revision(),
                                      "runs_per_task": args.runs, "tasks": rows, "runs": runs}, indent=1))  # fmt: skip
     print(f"JSON: {args.json}")
     return 0
