@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxlite.agent.loop import stuck_nudge
+from sandboxlite.agent.loop import NO_COMMAND_BLOCK, stuck_nudge
 from sandboxlite.agent.model import FakeModel, parse_text_tool_calls
 from sandboxlite.agent.outcome import ExitReason
 from sandboxlite.agent.run import run_task
@@ -125,3 +125,14 @@ def test_cli_profile_is_refused_for_a_server_model_with_exit_2(tmp_path):
     assert r.exit_code == 2 and "--profile" in r.output
     r = CliRunner().invoke(main, ["run", "--profile", "tiny", "--query", "hi"])
     assert r.exit_code == 2 and "tiny" in r.output
+
+
+def test_a_block_that_is_no_command_is_neither_a_command_nor_an_answer(tmp_path):
+    """The embedded model's first reply to demo_004 was the output it imagined, in a bare block:
+    it became the answer.  Now it is sent back, saying what a command and an answer look like."""
+    replies = ["The output will be:\n```\n1000000000000.0\n```", "```python\nprint(17 + 25)\n```", "42"]
+    r = run_task(TASK, FakeModel(replies, profile="small"), output_dir=tmp_path)
+    steps = traj(r)["steps"]
+    assert steps[0]["error"] == NO_COMMAND_BLOCK and not steps[0]["observations"]
+    assert steps[1]["observations"][0]["output"].startswith("42\n")
+    assert r.reason is ExitReason.SUBMITTED and r.answer == "42\n"

@@ -33,6 +33,13 @@ def no_tool_call(answer_file: str) -> str:
 NO_TOOL_CALL = no_tool_call(DEFAULT_PATHS.answer_file)  # the message with the default workdir
 
 
+# the small-model profile: a reply with a code block that is no command (a bare block, often the
+# output the model imagines, or another language) is neither a command nor an answer
+NO_COMMAND_BLOCK = ("Your reply has a code block that is not a command. To run a command, put it in a ```bash "
+                    "block (or a script in a ```python block); to give your final answer, reply with just the "
+                    "answer, without a code block.")  # fmt: skip
+
+
 def no_answer_file(answer_file: str) -> str:
     """What the model is told when it calls submit before writing ``answer_file`` (once per run)."""
     return (f"Not submitted: {answer_file} does not exist or is empty, so there is no answer to grade. Write "
@@ -212,10 +219,11 @@ class Agent:
         self.messages.append(step.assistant)
         if not reply.tool_calls:
             answer = THINK_RE.sub("", reply.content or "").strip() if self.plain_answers else ""
-            if answer:
+            if answer and "```" not in answer:
                 return self._plain_answer(step, answer)
             self.steps.append(step)
-            return self._format_error(no_tool_call(self._paths().answer_file), 0.0, step)
+            why = NO_COMMAND_BLOCK if answer else no_tool_call(self._paths().answer_file)
+            return self._format_error(why, 0.0, step)
         self.format_errors = 0
         submitted = False
         t1 = time.monotonic()
