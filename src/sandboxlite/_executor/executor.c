@@ -1205,6 +1205,9 @@ static void standby_serve(int sock) {
   char *payload = malloc((size_t)hdr[1] + 1);
   if (!payload || (hdr[1] && read_all(sock, payload, hdr[1]) < 0)) _exit(0);
   payload[hdr[1]] = 0;
+  /* the handover's receipt (see hand_to_standby): from here on this process runs the request */
+  char ok = 'k';
+  if (send(sock, &ok, 1, MSG_NOSIGNAL) != 1) _exit(0);
   close(sock);
   run_supervisor(hdr[0], payload, hdr[1], fds, nfds);
 }
@@ -1315,7 +1318,14 @@ static void drop_standby(void) {
   standby_pid = -1;
 }
 
-/* Hand a request to the standby supervisor; 0 on success. */
+/* Hand a request to the standby supervisor: 0 when it has it, -1 when it could not take it (then
+ * the caller starts the command another way), -2 when it did not say in STANDBY_RECEIPT_MS.
+ * The standby acknowledges the request: a command that killed all it could (kill -9 -1) killed
+ * the standby waiting for the next request too, and the socket of a process that is dying still
+ * takes data, so without the receipt the next command was reported as killed by SIGKILL (exit
+ * 137, no output) without ever running.  A standby that does not answer in time is killed and
+ * the request fails (ETIMEDOUT), never run a second way: it might have started it. */
+#define STANDBY_RECEIPT_MS 10000
 static int hand_to_standby(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
   if (collect_standby() < 0) return -1;
   kill(standby_pid, SIGCONT); /* commands run as our uid: one may have stopped it */
@@ -1324,6 +1334,21 @@ static int hand_to_standby(uint32_t id, char *payload, size_t plen, int *fds, in
     kill(standby_pid, SIGKILL); /* it died (or was killed from inside): forget it */
     drop_standby();
     return -1;
+  }
+  struct pollfd pf = {standby_fd, POLLIN, 0};
+  int r;
+  do r = poll(&pf, 1, STANDBY_RECEIPT_MS);
+  while (r < 0 && errno == EINTR);
+  char c = 0;
+  ssize_t n = -1;
+  if (r == 1) {
+    do n = read(standby_fd, &c, 1);
+    while (n < 0 && errno == EINTR);
+  }
+  if (n != 1 || c != 'k') {
+    kill(standby_pid, SIGKILL);
+    drop_standby();
+    return r == 0 ? -2 : -1; /* silent: it may have the request; gone: it never had it */
   }
   close(standby_fd);
   standby_fd = -1;
@@ -1343,13 +1368,20 @@ static void add_child(uint32_t id, pid_t pid) {
 
 static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
   pid_t s;
-  int handed = hand_to_standby(id, payload, plen, fds, nfds) == 0;
-  if (!handed && opts.landlock) {
+  int rc = hand_to_standby(id, payload, plen, fds, nfds);
+  if (rc == -1 && opts.landlock) {
     /* the zygote's Landlock layer is the generation's: a supervisor that confined itself would be
      * in a layer of its own, whose commands could not signal the others'.  Wait for a standby */
     make_standby();
-    handed = hand_to_standby(id, payload, plen, fds, nfds) == 0;
+    rc = hand_to_standby(id, payload, plen, fds, nfds);
   }
+  if (rc == -2) {
+    close_fds(fds, nfds);
+    send_errno(id, ETIMEDOUT);
+    make_standby();
+    return;
+  }
+  int handed = rc == 0;
   if (handed) {
     s = standby_pid;
     standby_pid = -1;
