@@ -70,6 +70,8 @@ def test_the_blocks_prompt_has_no_schemas_and_replays_no_json_calls():
     assert out[0]["content"] == "S" + BLOCKS_TOOL_PROMPT and "<tools>" not in out[0]["content"]
     assert out[2] == {"role": "assistant", "content": "```bash\nls\n```"}  # its block is its call
     assert render_text_tools(messages, tool_schemas())[2]["content"].endswith("</tool_call>")  # json: as before
+    with pytest.raises(ValueError, match="style must be one of json, blocks"):
+        render_text_tools(messages, tool_schemas(), "markdown")
 
 
 def test_a_plain_reply_is_the_answer_and_ends_the_run(tmp_path):

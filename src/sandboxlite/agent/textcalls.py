@@ -71,6 +71,8 @@ def render_text_tools(messages: list[dict], tools: list[dict], style: str = "jso
     the system message (``style`` "json": their schemas and the ``<tool_call>`` format; "blocks":
     the small-model profile's two lines, ``BLOCKS_TOOL_PROMPT``), ``role: tool`` answers as ``<tool_response>`` text in one user message per turn
     (strict-alternation chat templates accept it), and native calls replayed as ``<tool_call>`` text.  Only ``role`` and ``content`` are kept."""
+    if style not in TOOL_PROMPTS:
+        raise ValueError(f"style must be one of {', '.join(TOOL_PROMPTS)}, got {style!r}")
     out: list[dict] = []
     for m in messages:
         role, content = m.get("role"), m.get("content") or ""
