@@ -348,7 +348,7 @@ def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens
     """
     from .agent.loop import AgentLimits
     from .agent.outcome import ExitReason
-    from .agent.profiles import resolve_model
+    from .agent.profiles import in_process_local, resolve_model
     from .agent.run import default_output_dir, run_task
     from .agent.task import Task
 
@@ -372,8 +372,7 @@ def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens
         out = Path(output_dir) if output_dir is not None else default_output_dir(task)
         _prepare_output_dir(out, overwrite)
         name = model_name or task.model or "local"
-        if max_tokens is None and (name == "local" or name.startswith("local:")) and not (
-                base_url or os.environ.get("SANDBOXLITE_LOCAL_URL")):  # fmt: skip
+        if max_tokens is None and in_process_local(name, base_url):
             max_tokens = RUN_LOCAL_MAX_TOKENS
         model = resolve_model(name, base_url=base_url, api_key=api_key,
                               temperature=temperature, max_tokens=max_tokens, extra_body=extra_body,

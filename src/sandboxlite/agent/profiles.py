@@ -25,6 +25,12 @@ from typing import Any
 from ..errors import ConfigError
 
 
+def in_process_local(name: str, base_url: str | None = None) -> bool:
+    """Whether ``name`` is the in-process local model (``local``/``local:PATH`` with no server
+    given by ``base_url`` or ``$SANDBOXLITE_LOCAL_URL``)."""
+    return (name == "local" or name.startswith("local:")) and not (base_url or os.environ.get("SANDBOXLITE_LOCAL_URL"))
+
+
 def resolve_model(
     name: str,
     *,
@@ -49,8 +55,7 @@ def resolve_model(
     ``local.py``) is an error for the others."""
     from .model import OpenAIModel
 
-    in_process = (name == "local" or name.startswith("local:")) and not (base_url or os.environ.get("SANDBOXLITE_LOCAL_URL"))
-    if profile is not None and not in_process:
+    if profile is not None and not in_process_local(name, base_url):
         raise ConfigError("--profile", "applies to the in-process local model (--model local or local:PATH), "
                           f"not to {name!r}", hint="leave it out")  # fmt: skip
     if name == "scripted":
