@@ -62,14 +62,14 @@ def _c_value(expr: str):
 
 def c_defines() -> dict[str, object]:
     out = {}
-    for name, value in re.findall(r"^#define (\w+) (.+)$", _block(), re.M):
+    for name, value in re.findall(r"^#define (\w+) (.+)$", _block(), re.MULTILINE):
         assert name not in out, f"{name} defined twice"
         out[name] = _c_value(value)
     return out
 
 
 def c_enum(name: str) -> dict[str, str]:
-    m = re.search(r"enum %s \{(.*?)\};" % name, _block(), re.S)
+    m = re.search(r"enum %s \{(.*?)\};" % name, _block(), re.DOTALL)
     assert m, f"enum {name} is missing from the protocol block"
     return {k: v for k, v in re.findall(r"(\w+) = '(.)'", m.group(1))}
 
@@ -77,7 +77,8 @@ def c_enum(name: str) -> dict[str, str]:
 # Python names of every C #define, by the C name (EXIT_* map to ExecutorExit)
 SCALARS = ("HELLO", "CTRL_FD", "MAX_REQUEST_PAYLOAD", "MAX_REPLY_PAYLOAD", "MAX_FDS", "SP_STDIN", "SP_STDOUT",
            "SP_STDERR", "SP_STATUS", "OP_MKPARENTS", "OP_REQ_REG", "OP_REQ_DIR", "OP_KERNEL_MASK", "KILL_ALL", "KILL_DESC",
-           "MAX_BINDS", "MAX_WTMPFS", "MAX_MKDIRS", "MAX_RULES", "MAX_OWN", "MAX_DEVRW", "OPTION_PATH_MAX")  # fmt: skip
+           "MAX_BINDS", "MAX_WTMPFS", "MAX_MKDIRS", "MAX_RULES", "MAX_OWN", "MAX_DEVRW", "MAX_LAYERS", "LAYER_ID_MAX",
+           "SNAPS_PATH_MAX", "OPTION_PATH_MAX")  # fmt: skip
 
 
 def python_value(c_name: str):
@@ -168,7 +169,7 @@ def test_builders_give_the_bytes_the_call_sites_sent():
     assert mkdir_payload("/a/b", 0o40755) == strings(str(0o40755 & 0o777), "/a/b")
     assert symlink_payload("../t", "/a/l") == strings("../t", "/a/l")
     assert kill_payload() == kill_payload(KillHow.ALL) == kill_payload("all") == b"all"
-    assert kill_payload(KillHow.desc(41)) == kill_payload("desc 41") == "desc 41".encode()
+    assert kill_payload(KillHow.desc(41)) == kill_payload("desc 41") == b"desc 41"
 
 
 def test_builders_refuse_what_the_executor_cannot_parse():

@@ -23,6 +23,8 @@
     │   ├── ContextOverflow(ModelError)              the conversation no longer fits the context
     │   └── BadEndpoint(ConfigError, ModelError)     the endpoint's settings are invalid (a base URL
     │                                                that is no URL): bad input, found before a request
+    ├── SnapshotError(SandboxError)                  a snapshot could not be taken, kept, found,
+    │                                                started from or imported
     ├── DataError(SandboxError)                      eval data could not be fetched, or failed its checksum
     └── AgentError(SandboxError)                     how an agent run is steered (mini-swe-agent style)
         ├── FormatError(AgentError)                  malformed model output: goes back to the model
@@ -165,6 +167,10 @@ class ContextOverflow(ModelError):
 class BadEndpoint(ConfigError, ModelError):
     """The model endpoint's settings are invalid (a base URL that is no http(s) URL): a ``ConfigError``
     (bad input: the CLI's exit code 2), and a ``ModelError`` for callers that catch those."""
+
+
+class SnapshotError(SandboxError):
+    """A snapshot could not be taken, kept, found, started from or imported (the message says why)."""
 
 
 class DataError(SandboxError):

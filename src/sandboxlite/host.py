@@ -26,7 +26,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import cgroups, devnodes, egress, executor, identity, landlock, netns, paths, seccomp, slots
+from . import cgroups, devnodes, egress, executor, identity, landlock, netns, paths, seccomp, slots, snapshot
 from .bwrap import BwrapInfo, find_bwrap
 from .config import ISOLATION_MODES
 from .errors import ConfigError, SetupError
@@ -45,12 +45,13 @@ ENV_KEYS = (
     "SANDBOXLITE_HOME",
     "SANDBOXLITE_ISOLATION",
     "SANDBOXLITE_LANDLOCK_DIR",
+    "SANDBOXLITE_SNAPSHOTS",
     "TMPDIR",
     "CC",
 )
-# A spawn dup2s its descriptors onto 0..8 in the child (see plan.py): every source descriptor
+# A spawn dup2s its descriptors onto 0..9 in the child (see plan.py): every source descriptor
 # must be at or above this, so that no dup2 overwrites a source a later one still needs.
-HIGH_FD = 9
+HIGH_FD = 10
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,7 +105,7 @@ class Host:
     _services: dict = field(default_factory=dict, init=False, repr=False)  # the egress proxy
 
     @classmethod
-    def detect(cls, env: Mapping[str, str] | None = None) -> "Host":
+    def detect(cls, env: Mapping[str, str] | None = None) -> Host:
         """Look at this machine (SetupError / ConfigError when sandboxes cannot run as set up).
 
         Also raises the soft RLIMIT_NOFILE to the hard limit (each sandbox holds a few
@@ -206,7 +207,7 @@ class Host:
                 fd = self._fds["executor"] = move_high(os.open(self.executor, os.O_RDONLY | os.O_CLOEXEC))
             return fd
 
-    def egress_proxy(self) -> "egress.EgressProxy":
+    def egress_proxy(self) -> egress.EgressProxy:
         """The egress proxy this Host's sandboxes with an allowlist go through (one per process:
         made on first use; a forked child gets one of its own, the threads stayed in the parent)."""
         with self._lock:
@@ -215,7 +216,19 @@ class Host:
                 proxy = self._services["egress"] = egress.EgressProxy()
             return proxy
 
-    def set_egress_proxy(self, proxy: "egress.EgressProxy") -> None:
+    def snapshot_store(self) -> snapshot.Store:
+        """This Host's snapshot store (``paths.snapshots()``; made on first use)."""
+        with self._lock:
+            store = self._services.get("snapshots")
+            if store is None:
+                try:
+                    store = snapshot.Store(paths.snapshots(), owner=self.run_as)
+                except OSError as e:
+                    raise paths.cache_error(paths.snapshots(), e) from None
+                self._services["snapshots"] = store
+            return store
+
+    def set_egress_proxy(self, proxy: egress.EgressProxy) -> None:
         """Serve this Host's sandboxes that start from now on through ``proxy`` (tests and benchmarks:
         a proxy with a resolver of their own); the proxy served before keeps its sandboxes."""
         with self._lock:
@@ -264,6 +277,7 @@ def _uid_slots(env: Mapping[str, str], run_as: tuple[int, int] | None, exe: str,
         return None, "SANDBOXLITE_UID_RANGE=off: every sandbox runs as the same uid", None, ""
     home = paths.home()
     stage = paths.ensure_dir(home / "stage")
+    paths.ensure_dir(home / "stage-snaps")  # where the launcher attaches the idmapped snapshot store
     pool = slots.UidPool(rng[0], rng[1], home / "locks" / "uid")
     return pool, f"uids {rng[0]}..{rng[0] + rng[1] - 1}, one per live sandbox", IdmapCache(exe, run_as), str(stage)
 

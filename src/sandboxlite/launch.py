@@ -26,20 +26,38 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from . import containers
-from . import landlock
+from . import containers, landlock
 from . import rootfs as rootfs_mod
 from ._cmdio import Proc
 from .config import SandboxConfig, base_env, check_env_pair, resolve_path
-from .errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, SetupError, file_error
+from .errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, SetupError, SnapshotError, file_error
 from .host import HIGH_FD, Host, move_high
 from .identity import unreachable
 from .plan import JailPlan, Slot, check_landlock, netns_wanted, plan, plan_landlock
-from .protocol import MAX_REQUEST_PAYLOAD, SP_STATUS, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, loopback_payload, \
-    mkdir_payload, open_payload, spawn_payload, symlink_payload  # fmt: skip
+from .protocol import (
+    MAX_REQUEST_PAYLOAD,
+    SP_STATUS,
+    SP_STDERR,
+    SP_STDIN,
+    SP_STDOUT,
+    Channel,
+    Op,
+    Reply,
+    is_hello,
+    kill_payload,
+    loopback_payload,
+    mkdir_payload,  # fmt: skip
+    open_payload,
+    reset_payload,
+    snapshot_payload,
+    spawn_payload,
+    symlink_payload,
+)
+from .snapshot import Snapshot, release
 
 START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
 REQUEST_TIMEOUT_S = 30.0  # a file request or a reset must be answered within this
+SNAPSHOT_TIMEOUT_S = 600.0  # a snapshot copies up to its size cap (gigabytes) first
 # A command's argv, environment and cwd travel in one request; execve(2) refuses far less than
 # this anyway (a few MiB at most).
 MAX_SPAWN_BYTES = MAX_REQUEST_PAYLOAD
@@ -56,13 +74,19 @@ PHASES = ("begin", "planned", "cgroup", "wired", "spawned", "cloned", "attached"
 
 
 def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIMEOUT_S,
-          on_phase: Callable[[str, "Jail"], None] | None = None) -> "Jail":  # fmt: skip
-    """Plan and launch a jail for ``config`` on ``host``.
+          on_phase: Callable[[str, Jail], None] | None = None, snapshot: Snapshot | None = None,
+          store: bool = False) -> Jail:  # fmt: skip
+    """Plan and launch a jail for ``config`` on ``host``, its first generation over ``snapshot``
+    (``store``: bind the snapshot store even without one, so that resets may go to any).
 
     ``on_phase(phase, jail)`` is called at "spawned" (bwrap runs) and "cloned" (bwrap said which
     pid the jail's init has): for tests that break a start half-way."""
     t0 = time.perf_counter()
     if host.isolation_for(config.isolation) == "landlock":
+        if snapshot is not None or store:
+            raise SnapshotError("isolation='landlock' has no snapshots (its writable places are host directories, "
+                                "not layers a mount namespace could stack)",
+                                hint="use namespaces (isolation='namespaces') for snapshots and fork()")  # fmt: skip
         return _start_landlock(config, host, start_timeout=start_timeout, on_phase=on_phase, t0=t0)
     root = rootfs_mod.resolve(config.rootfs)
     if config.rootfs == "auto" and root.kind == "host":
@@ -70,32 +94,67 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
                        f"image: sandboxlite rootfs build {rootfs_mod.DEFAULT_PROFILE})")  # fmt: skip
     owner = os.stat(root.path).st_uid if root.kind == "dir" else None
     lease, slot, tree_fd, uid_note = _take_slot(host, root, owner)
-    pool = net_fd = None
+    pool = net_fd = snaps_fd = None
+    holds: list[int] = []
     try:
         preflight(config, root, host, slot)
+        snaps, snaps_idmapped, layers = "", False, ()
+        if snapshot is not None or store:
+            snaps_store = host.snapshot_store()
+            if snapshot is not None:
+                layers = snapshot.layers
+                holds = snaps_store.hold(snapshot)
+            if lease is not None:  # the layers are the store owner's: shown as this sandbox's uid
+                assert host.idmap is not None and host.run_as is not None
+                try:
+                    snaps_fd = host.idmap.tree(snaps_store.layers_dir, (lease.uid, host.run_as[1]))
+                except OSError as e:
+                    raise SnapshotError(f"the snapshot store {snaps_store.root} cannot be idmapped ({e})",
+                                        hint="keep snapshots on a filesystem with idmapped mounts (tmpfs, ext4, "
+                                        "xfs, btrfs): SANDBOXLITE_SNAPSHOTS") from None  # fmt: skip
+                snaps, snaps_idmapped = host.stage + "-snaps", True
+            else:
+                snaps = snaps_store.layers_dir
         pool = host.netns if netns_wanted(config, host) else None
         net_fd = pool.take() if pool is not None else None
-        p = plan(config, host, root, image_owner=owner, netns_ready=net_fd is not None, slot=slot)
+        p = plan(config, host, root, image_owner=owner, netns_ready=net_fd is not None, slot=slot, snaps=snaps,
+                 snaps_idmapped=snaps_idmapped, layers=layers)  # fmt: skip
+        if snapshot is not None:
+            check_snapshot_fits(snapshot, p)
         if config.cgroups == "auto" and p.cgroup.mode == "off":
             host.warn_once("cgroups-auto-off", f"cgroups='auto': no cgroups here ({p.cgroup.reason}); memory and "
                            "processes are limited by rlimits per process, tmpfs use by no limit (cgroups='required' "
                            "refuses to start instead; `sandboxlite doctor` says how to get cgroups)")  # fmt: skip
-        jail = launch(p, host, net_fd=net_fd, lower_fd=tree_fd, start_timeout=start_timeout, on_phase=on_phase,
-                      t0=t0, lease=lease)  # fmt: skip
+        jail = launch(p, host, net_fd=net_fd, lower_fd=tree_fd, snaps_fd=snaps_fd, start_timeout=start_timeout,
+                      on_phase=on_phase, t0=t0, lease=lease)  # fmt: skip
         lease = None  # the jail gives it back when it is torn down
         jail.uid_note = uid_note
+        jail.snapshot, jail._holds, holds = snapshot, holds, []
         return jail
     finally:
+        release(holds)
         if lease is not None:
             lease.release()
-        for fd in (net_fd, tree_fd):
+        for fd in (net_fd, tree_fd, snaps_fd):
             if fd is not None:
                 os.close(fd)  # the launcher holds them now: used by this sandbox only
         if pool is not None:
             pool.refill()  # (launch() woke it already unless it failed before the spawn)
 
 
-def _start_landlock(config: SandboxConfig, host: Host, *, start_timeout: float, on_phase, t0: float) -> "Jail":
+def check_snapshot_fits(snapshot: Snapshot, p: JailPlan) -> None:
+    """SnapshotError when a sandbox planned as ``p`` cannot start from ``snapshot``: another image, or a
+    copy-on-write layer the plan has no copy-on-write root for."""
+    image = p.rootfs.path if p.rootfs.kind == "dir" else "host"
+    if snapshot.rootfs and snapshot.rootfs != image:
+        raise SnapshotError(f"snapshot {snapshot} was taken over the image {snapshot.rootfs}, this sandbox's is {image}",
+                            hint="start it with the same rootfs")  # fmt: skip
+    if snapshot.cow and not p.copy_on_write:
+        raise SnapshotError(f"snapshot {snapshot} holds changes to the image, and this sandbox has no copy-on-write "
+                            f"root ({p.cow_reason})", hint="start it as the snapshot's sandbox was started")  # fmt: skip
+
+
+def _start_landlock(config: SandboxConfig, host: Host, *, start_timeout: float, on_phase, t0: float) -> Jail:
     """A sandbox without namespaces (isolation="landlock"): its own directories, then the executor."""
     check_landlock(config)
     root = rootfs_mod.host_plan()
@@ -178,8 +237,8 @@ def preflight(config: SandboxConfig, root: rootfs_mod.RootfsPlan, host: Host, sl
 
 
 def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, lower_fd: int | None = None,
-           start_timeout: float = START_TIMEOUT_S, on_phase: Callable[[str, "Jail"], None] | None = None,
-           t0: float | None = None, lease=None, places: "landlock.Places | None" = None) -> "Jail":  # fmt: skip
+           snaps_fd: int | None = None, start_timeout: float = START_TIMEOUT_S, on_phase: Callable[[str, Jail], None] | None = None,
+           t0: float | None = None, lease=None, places: landlock.Places | None = None) -> Jail:  # fmt: skip
     """Spawn the jail ``p`` describes and wait for its executor's hello.  ``lease``: the uid lease
     the jail runs under, ``places``: a Landlock sandbox's directories (both given back when it is
     torn down, also when this fails)."""
@@ -188,7 +247,8 @@ def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, lower_fd: int 
     jail._places = places
     jail.timings["begin"] = time.perf_counter() if t0 is None else t0
     jail.timings["planned"] = time.perf_counter()
-    if (p.netns == "pooled") != (net_fd is not None) or p.idmapped != (lower_fd is not None):
+    if (p.netns == "pooled") != (net_fd is not None) or p.idmapped != (lower_fd is not None) \
+            or p.snaps_idmapped != (snaps_fd is not None):
         jail.teardown()
         raise SetupError("the plan and the descriptors handed to launch() disagree")
     if p.cgroup.mode == "launcher":
@@ -216,7 +276,7 @@ def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, lower_fd: int 
         for i, fd in enumerate(ours):
             ours[i] = move_high(fd)
         by_role = {"ctrl": ours[0], "seccomp": ours[1], "info": ours[3], "executor": host.executor_fd()}
-        for role, fd in (("netns", net_fd), ("lower", lower_fd)):  # the caller's: copied when low
+        for role, fd in (("netns", net_fd), ("lower", lower_fd), ("snaps", snaps_fd)):  # the caller's: copied when low
             if fd is not None:
                 if fd < HIGH_FD:
                     fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
@@ -268,7 +328,7 @@ def _new_cgroup(p: JailPlan, host: Host):
         ) from None
 
 
-def diagnose(stderr: str, facts: "containers.Facts | None" = None) -> SandboxError:
+def diagnose(stderr: str, facts: containers.Facts | None = None) -> SandboxError:
     """Turn bwrap's complaint into an error that names its real cause and what to do
     (``facts``: what bears on it, read from this machine when not given)."""
     s = stderr.strip()
@@ -327,6 +387,8 @@ class Jail:
         self._err_r: int | None = None
         self._info_r: int | None = None
         self._lease = None  # the host uid lease (slots.py), given back once nothing runs as it
+        self.snapshot: Snapshot | None = None  # what the current generation was built over (None: the image)
+        self._holds: list[int] = []  # the store's locks on its layers (snapshot.Store.hold)
         self._places = None  # a Landlock sandbox's directories (landlock.py), removed at teardown
         self.uid_note = ""  # why this jail shares its host uid with others (when it does)
         self._owner = os.getpid()  # a forked child holds copies: it must not tear the jail down
@@ -456,6 +518,7 @@ class Jail:
         if self._lease is not None and (self.pid is None or self.status is not None):
             self._lease.release()  # bwrap is reaped: with the PID namespace, all of the jail is gone
             self._lease = None
+        release(self._holds)  # its snapshot may be removed now
 
     def _close_own_fds(self) -> None:
         for name in ("_pidfd", "_init_pidfd", "_err_r", "_info_r"):
@@ -564,14 +627,61 @@ class Jail:
         return self.chan
 
     # -- requests ------------------------------------------------------------------------------
-    def regenerate(self) -> bool:
-        """Ask the executor for a fresh generation (every process killed, every write gone)."""
+    def regenerate(self, layers: Sequence[str] = ()) -> bool:
+        """Ask the executor for a fresh generation (every process killed, every write gone), built
+        over the snapshot ``layers`` (top first; they must be in the store this jail binds)."""
         chan = self.channel()
         ident = chan.new_id()
-        chan.send(Op.RESET, ident)
+        chan.send(Op.RESET, ident, reset_payload(layers))
         f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
         chan.clear()  # exit reports of the commands that were killed
         return f.type == Reply.OK
+
+    def start_over(self, base: Snapshot | None, host: Host) -> bool:
+        """A fresh generation over ``base`` (None: the image) in this jail; False when it takes a new
+        jail (this one binds no snapshot store, or the executor could not build it)."""
+        if self.chan is None or self.chan.closed or ((base is not None or self.snapshot is not None)
+                                                     and not self.plan.snaps):  # fmt: skip
+            return False
+        holds = host.snapshot_store().hold(base) if base is not None else []
+        try:
+            if base is not None:
+                check_snapshot_fits(base, self.plan)
+            if not self.regenerate(base.layers if base is not None else ()):
+                return False
+            self.snapshot, self._holds, holds = base, holds, self._holds  # the old ones are released
+            return True
+        finally:
+            release(holds)
+
+    def take_snapshot(self, dir_fd: int, max_bytes: int, timeout: float = SNAPSHOT_TIMEOUT_S) -> tuple[int, int]:
+        """Have the executor copy the generation's writes into the directory ``dir_fd`` (empty),
+        the sandbox's processes stopped meanwhile: (bytes, entries).  SnapshotError when processes
+        would not stop, the copy is over ``max_bytes``, or the executor could not copy."""
+        chan = self.channel()
+        ident = chan.new_id()
+        chan.send(Op.SNAPSHOT, ident, snapshot_payload(max_bytes), fds=[dir_fd])
+        f = chan.wait(ident, time.monotonic() + timeout)
+        if f.type == Reply.OK:
+            text = f.text()
+            if text.startswith("busy: "):
+                raise SnapshotError(f"some processes of the sandbox could not be paused for a consistent snapshot: "
+                                    f"{text[6:]}", hint="wait for them, or kill them, and take it again")  # fmt: skip
+            try:
+                size, files = (int(x) for x in text.split())
+            except ValueError:
+                raise SandboxCrashed(f"the executor answered a snapshot with {text!r}") from None
+            return size, files
+        if f.type != Reply.ERROR:
+            raise SandboxCrashed(f"the executor answered a snapshot with a {f.type.name} frame")
+        err = f.number()
+        if err == errno.EFBIG:
+            raise SnapshotError(f"the sandbox's state is larger than a snapshot may be ({max_bytes} bytes)",
+                                hint="remove what is not needed first, or raise the cap (snapshot(max_bytes=...))")  # fmt: skip
+        if err == errno.EOPNOTSUPP:
+            raise SnapshotError("this sandbox cannot be snapshotted (isolation='landlock')",
+                                hint="use namespaces (isolation='namespaces')")  # fmt: skip
+        raise SnapshotError(f"the executor could not copy the sandbox's state: {os.strerror(err)}")
 
     def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
               stdin_pipe: bool = False, status_pipe: bool = False) -> Proc:  # fmt: skip

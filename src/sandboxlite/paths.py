@@ -8,7 +8,6 @@ from pathlib import Path
 
 from .errors import SetupError
 
-
 ROOT_HOME = Path("/var/cache/sandboxlite")
 
 
@@ -27,6 +26,33 @@ def home() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return (base / "sandboxlite").absolute()
+
+
+def snapshots(env: dict | None = None) -> Path:
+    """Where snapshots are kept: ``$SANDBOXLITE_SNAPSHOTS`` (say, a directory on disk), else a
+    tmpfs, ``/dev/shm/sandboxlite-UID/snapshots`` (snapshots are copies a sandbox starts from:
+    memory-fast, gone at reboot), else ``home()/snapshots`` where /dev/shm is no tmpfs."""
+    env = os.environ if env is None else env
+    if env.get("SANDBOXLITE_SNAPSHOTS"):
+        return Path(env["SANDBOXLITE_SNAPSHOTS"]).expanduser().absolute()
+    try:
+        on_tmpfs = os.statvfs("/dev/shm").f_bsize > 0 and _fs_type("/dev/shm") == "tmpfs"
+    except OSError:
+        on_tmpfs = False
+    if on_tmpfs:
+        return Path(f"/dev/shm/sandboxlite-{os.geteuid()}/snapshots")
+    return home() / "snapshots"
+
+
+def _fs_type(path: str) -> str:
+    best, kind = "", ""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3 and (path == parts[1] or path.startswith(parts[1].rstrip("/") + "/")) \
+                    and len(parts[1]) >= len(best):
+                best, kind = parts[1], parts[2]
+    return kind
 
 
 def ensure_dir(path: Path) -> Path:

@@ -34,8 +34,10 @@ NAMESPACE_FLAGS = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshar
 
 # The descriptor numbers bwrap (and the executor) get, whatever they are in this process:
 # launch.py dup2s each of ours onto these (ours are all >= host.HIGH_FD, so none collide).
-# LOWER_FD: the idmapped image's detached tree, for the launcher (which closes it).
-EXECUTOR_FD, SECCOMP_FD, INFO_FD, NETNS_FD, LOWER_FD = 4, 5, 6, 7, 8  # CTRL_FD (3) is the protocol's
+# LOWER_FD: the idmapped image's detached tree, for the launcher (which closes it); SNAPS_FD:
+# the snapshot store's, likewise.
+EXECUTOR_FD, SECCOMP_FD, INFO_FD, NETNS_FD, LOWER_FD, SNAPS_FD = 4, 5, 6, 7, 8, 9  # CTRL_FD (3) is the protocol's
+SNAPS_DIR = "/.sl/snaps"  # where the jail's executor finds the snapshot store's layers (commands never see it)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,11 @@ class JailPlan:
     netns: str  # "host" (network="host"), "pooled" (made ahead of time) or "bwrap"
     idmapped: bool = False  # the image comes as a tree the launcher attaches at ``stage``
     stage: str = ""
+    # snapshots: the store bound at SNAPS_DIR (the host path, or for an idmapped store the stage the
+    # launcher attaches its tree at: ``snaps_idmapped``) and the first generation's layers, top first
+    snaps: str = ""
+    snaps_idmapped: bool = False
+    layers: tuple[str, ...] = ()
     memfd: bool = True  # memfd_create and shmget offered (only where a memory cgroup counts them: seccomp.py)
     # where commands start and relative paths resolve: config.workdir with namespaces; with
     # isolation="landlock" a directory of the sandbox's own on the host (paths are the host's)
@@ -109,6 +116,8 @@ class JailPlan:
             return list(self.argv)
         assert self.run_as is not None
         tree = ["-m", str(LOWER_FD), self.stage] if self.idmapped else []
+        if self.snaps_idmapped:
+            tree += ["-m", str(SNAPS_FD), self.snaps]
         joins = [x for f in tasks_files for x in ("-t", f)]
         net = ["-n", str(NETNS_FD)] if self.netns == "pooled" else []
         return [*self.launcher, *tree, *joins, *net, str(self.run_as[0]), str(self.run_as[1]), *self.argv]
@@ -127,14 +136,19 @@ def plan(
     image_owner: int | None = None,
     netns_ready: bool = False,
     slot: Slot | None = None,
+    snaps: str = "",
+    snaps_idmapped: bool = False,
+    layers: tuple[str, ...] = (),
 ) -> JailPlan:
     """Decide the jail for ``config`` on ``host`` over ``rootfs``.
 
     ``image_owner``: the uid owning the image directory (a copy-on-write root needs it to be
     the jails' uid, or idmapped to it).  ``netns_ready``: a namespace made ahead of time was
     taken for this jail.  ``slot``: a root caller's sandbox's own uid (else it runs as
-    ``host.run_as``).  Raises SetupError when ``config`` asks for what the host cannot give
-    (cgroups="required").
+    ``host.run_as``).  ``snaps``: the snapshot store to bind (a host path; with ``snaps_idmapped``
+    the directory the launcher attaches its idmapped tree at), ``layers``: the snapshot layers the
+    first generation is built over, top first.  Raises SetupError when ``config`` asks for what the
+    host cannot give (cgroups="required").
     """
     config = with_host_ca(config, host)
     if host.bwrap is None:
@@ -155,7 +169,13 @@ def plan(
     rlimits = rlimit_args(config, memory_by_cgroup=cg.mode != "off", nproc_enforced=True)
     workdir = _workdir_kind(config, lower)
     gen = generation_args(config, lower, dev, workdir)
+    if layers and not snaps:
+        raise SetupError("snapshot layers without the snapshot store (plan(snaps=...))")
+    if snaps:
+        gen += [f"snaps={SNAPS_DIR}", *(f"layer={name}" for name in layers)]
     argv = bwrap_argv(config, rootfs, host, lower=lower, dev=dev, unshare_net=net == "bwrap", workdir=workdir)
+    if snaps:
+        argv += ["--ro-bind", snaps, SNAPS_DIR]
     argv += [f"/proc/self/fd/{EXECUTOR_FD}", f"ctrl={CTRL_FD}", f"exe={EXECUTOR_FD}", f"seccomp={SECCOMP_FD}"]
     argv += gen + rlimits
     fds = [("ctrl", CTRL_FD), ("executor", EXECUTOR_FD), ("seccomp", SECCOMP_FD), ("info", INFO_FD)]
@@ -163,6 +183,8 @@ def plan(
         fds.append(("netns", NETNS_FD))
     if idmapped:
         fds.append(("lower", LOWER_FD))
+    if snaps_idmapped:
+        fds.append(("snaps", SNAPS_FD))
     if host.run_as is not None:
         if host.launcher is None:
             raise SetupError("a root caller needs the launcher (it drops to an unprivileged uid)",
@@ -175,6 +197,7 @@ def plan(
         run_as=run_as, fds=tuple(fds), generation=tuple(gen), rlimits=tuple(rlimits), cgroup=cg,
         copy_on_write=lower is not None, cow_reason=cow_reason, dev=dev, dev_reason=dev_reason, netns=net,
         idmapped=idmapped, stage=host.stage if idmapped else "",
+        snaps=snaps, snaps_idmapped=snaps_idmapped, layers=tuple(layers),
         memfd=cg.mode != "off" or config.limits.memory_mb is None,
     )  # fmt: skip
 
@@ -193,7 +216,7 @@ def with_host_ca(config: SandboxConfig, host: Host) -> SandboxConfig:
     return config.replace(mounts=(*config.mounts, Mount(host.ca_bundle, SANDBOX_CA_BUNDLE)))
 
 
-def plan_landlock(config: SandboxConfig, host: Host, rootfs: RootfsPlan, places: "landlock.Places",
+def plan_landlock(config: SandboxConfig, host: Host, rootfs: RootfsPlan, places: landlock.Places,
                   run_as: tuple[int, int] | None = None) -> JailPlan:  # fmt: skip
     """Decide a Landlock sandbox (isolation="landlock": no bwrap, no namespaces) for ``config``.
 

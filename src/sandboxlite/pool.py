@@ -26,6 +26,7 @@ from typing import Any
 from .config import SandboxConfig
 from .errors import ConfigError, SandboxClosed, SandboxError
 from .sandbox import Sandbox
+from .snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +45,16 @@ class PoolStats:
 
 
 class SandboxPool:
-    def __init__(self, config: SandboxConfig | None = None, *, size: int = 4, **overrides: Any) -> None:
+    def __init__(self, config: SandboxConfig | None = None, *, size: int = 4, snapshot: Snapshot | None = None,
+                 **overrides: Any) -> None:  # fmt: skip
+        """``size`` sandboxes of ``config`` (or the ``SandboxConfig`` fields in ``overrides``), each
+        started from ``snapshot`` when given: every release resets it to the snapshot."""
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ConfigError("size", f"must be a positive integer, got {size!r}")
         self.config = config.replace(**overrides) if config is not None and overrides else (
             config or SandboxConfig(**overrides))  # fmt: skip
         self.size = size
+        self.snapshot = snapshot
         self.stats = PoolStats()
         self._cond = threading.Condition()
         self._idle: deque[Sandbox] = deque()
@@ -60,7 +65,7 @@ class SandboxPool:
         self._waiters: deque = deque()  # (loop, future) of acquire_async callers
         try:
             for _ in range(size):
-                sb = Sandbox(self.config)
+                sb = Sandbox(self.config, snapshot=self.snapshot)
                 self._all.append(sb)
                 self._idle.append(sb)
         except BaseException:
@@ -106,7 +111,7 @@ class SandboxPool:
         try:
             if self._closed:
                 raise SandboxClosed()
-            sb.reset()
+            sb.reset(to=self.snapshot if self.snapshot is not None else "image")  # what the pool's sandboxes start as
             self.stats.resets += 1
         except Exception:  # closed, crashed, or could not be restarted (e.g. a mount source is gone)
             if not self._closed:
@@ -161,7 +166,7 @@ class SandboxPool:
         for sb in idle:
             sb.close()
 
-    def __enter__(self) -> "SandboxPool":
+    def __enter__(self) -> SandboxPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -211,7 +216,7 @@ class SandboxPool:
             except SandboxError:
                 pass
         try:
-            fresh = Sandbox(self.config)
+            fresh = Sandbox(self.config, snapshot=self.snapshot)
         except BaseException as e:
             with self._cond:
                 self._all = [s for s in self._all if s is not broken]

@@ -23,9 +23,12 @@ MKDIR     ``mkdir_payload``                      OK (no payload) or ERROR
 SYMLINK   ``symlink_payload``                    OK (no payload) or ERROR
 SINK      empty, the pipes to drain attached     none
 LAST_PID  empty                                  OK with the namespace's last pid
-RESET     empty                                  OK (no payload) or ERROR
+RESET     ``reset_payload`` (snapshot layers)     OK (no payload) or ERROR
 LOOPBACK  ``loopback_payload``                   FD (a TCP socket on 127.0.0.1) or ERROR
 CONNECTOR empty, one unix stream socket attached  OK, or ERROR (EINVAL) without one
+SNAPSHOT  ``snapshot_payload``, one empty         OK "BYTES FILES", OK "busy: WHO"
+          directory attached (the copy's place)  (processes that would not stop),
+                                                 or ERROR
 ========  =====================================  ==============================
 
 Replies (``Reply``, executor to host; payload at most ``MAX_REPLY_PAYLOAD``):
@@ -81,6 +84,7 @@ class Op(str, enum.Enum):
     RESET = "Z"
     LOOPBACK = "T"
     CONNECTOR = "U"
+    SNAPSHOT = "P"
 
     __str__ = str.__str__  # "S", also in f-strings on every Python version
 
@@ -130,6 +134,9 @@ MAX_MKDIRS = 8  # mkdir=: directories to create (a workdir inside a writable pla
 MAX_RULES = 64  # ro=, rw=: paths a Landlock sandbox reads (and writes) beneath
 MAX_OWN = 8  # own=: a Landlock sandbox's own directories (emptied at every generation)
 MAX_DEVRW = 16  # devrw=: device files a Landlock sandbox reads and writes
+MAX_LAYERS = 32  # layer=: snapshot layers a generation starts from (and a reset's list)
+LAYER_ID_MAX = 64  # a layer's name: 1 to 64 lowercase hex digits (a sha256)
+SNAPS_PATH_MAX = 64  # snaps=: short, so that MAX_LAYERS layers fit one overlay's options
 
 
 class OptKind(str, enum.Enum):
@@ -141,6 +148,7 @@ class OptKind(str, enum.Enum):
     FLAG = "FLAG"  # 0 or 1
     COUNT = "COUNT"  # a positive number of things
     RLIMIT = "RLIMIT"  # a number in the resource's unit, or inf
+    NAME = "NAME"  # a snapshot layer's name: 1 to LAYER_ID_MAX lowercase hex digits
 
     __str__ = str.__str__
 
@@ -169,6 +177,8 @@ EXECUTOR_OPTIONS: dict[str, ExecutorOption] = {
         ExecutorOption("rootro", OptKind.FLAG),  # the generation's bind of the jail's root is read-only
         ExecutorOption("mkdir", OptKind.PATH, MAX_MKDIRS),
         ExecutorOption("ptys", OptKind.COUNT),  # the generation's devpts instance holds at most this many
+        ExecutorOption("snaps", OptKind.PATH),  # where the snapshot store is bound (read-only): layers by name
+        ExecutorOption("layer", OptKind.NAME, MAX_LAYERS),  # the first generation's snapshot layers, top first
         ExecutorOption("landlock", OptKind.FLAG),  # no namespaces: a Landlock domain (executor.c, "Landlock mode")
         ExecutorOption("ro", OptKind.PATH, MAX_RULES),  # Landlock: read and execute beneath (skipped when missing)
         ExecutorOption("rw", OptKind.PATH, MAX_RULES),  # Landlock: read, write and execute beneath
@@ -188,6 +198,11 @@ RLIMIT_KEYS = tuple(k for k, o in EXECUTOR_OPTIONS.items() if o.kind is OptKind.
 OPTION_PATH_MAX = 4032  # the longest path option: PATH_MAX, less room for the generation's prefix
 
 
+def is_layer_name(value: str) -> bool:
+    """A snapshot layer's name as the executor takes it (1 to LAYER_ID_MAX lowercase hex digits)."""
+    return 0 < len(value) <= LAYER_ID_MAX and all(c in "0123456789abcdef" for c in value)
+
+
 def _option_error(arg: str, key: str | None, value: str) -> str | None:
     """What the executor says about one ``KEY=VALUE`` argument's form, or None."""
     spec = EXECUTOR_OPTIONS.get(key) if key is not None else None
@@ -205,10 +220,13 @@ def _option_error(arg: str, key: str | None, value: str) -> str | None:
         return f"option '{arg}': expected 0 or 1"
     if kind is OptKind.RLIMIT and not (value == "inf" or (is_num and int(value) < 1 << 64)):
         return f"option '{arg}': expected a number or inf"
+    if kind is OptKind.NAME and not is_layer_name(value):
+        return f"option '{arg}': expected 1 to {LAYER_ID_MAX} lowercase hex digits"
     if kind is OptKind.PATH and (
         not value.startswith("/")
         or len(value.encode("utf-8", "surrogateescape")) > OPTION_PATH_MAX
-        or (key == "lower" and ("," in value or ":" in value))
+        or (key in ("lower", "snaps") and ("," in value or ":" in value))
+        or (key == "snaps" and len(value.encode("utf-8", "surrogateescape")) > SNAPS_PATH_MAX)
     ):
         return f"option '{arg}': expected an absolute path"
     return None
@@ -284,6 +302,23 @@ def open_payload(path: str, flags: int, mode: int = 0o644) -> bytes:
     return strings(str(flags), str(mode), path)
 
 
+def reset_payload(layers: Sequence[str] = ()) -> bytes:
+    """RESET: the snapshot layers the new generation is built over, top first (none: the image)."""
+    if len(layers) > MAX_LAYERS:
+        raise ValueError(f"{len(layers)} snapshot layers: at most {MAX_LAYERS}")
+    for name in layers:
+        if not is_layer_name(name):
+            raise ValueError(f"not a snapshot layer's name: {name!r}")
+    return strings(*layers)
+
+
+def snapshot_payload(max_bytes: int) -> bytes:
+    """SNAPSHOT: how many bytes the copy may take (send it with the empty directory it goes in)."""
+    if max_bytes < 0:
+        raise ValueError("max_bytes must be >= 0")
+    return str(int(max_bytes)).encode()
+
+
 def mkdir_payload(path: str, mode: int = 0o755) -> bytes:
     """MKDIR: ``mkdir -p`` of ``path`` (permission bits of ``mode`` only)."""
     return strings(str(mode & 0o777), path)
@@ -310,10 +345,10 @@ class KillHow:
 
     floor: int | None = None
 
-    ALL: ClassVar["KillHow"]  # set below: KillHow()
+    ALL: ClassVar[KillHow]  # set below: KillHow()
 
     @classmethod
-    def desc(cls, floor: int) -> "KillHow":
+    def desc(cls, floor: int) -> KillHow:
         if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
             raise ValueError(f"a pid floor must be a non-negative int, got {floor!r}")
         return cls(floor)

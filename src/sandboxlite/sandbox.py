@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import egress, launch, transfer
+from . import snapshot as snapshot_mod
 from ._cmdio import collect
 from .config import PROXY_PORT, SandboxConfig, check_timeout, resolve_path
 from .errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError
 from .host import Host, default_host
 from .ports import PortForwarder
 from .result import ExecResult
+from .snapshot import Snapshot
 
 if TYPE_CHECKING:
     from .shell import Shell
@@ -41,9 +43,12 @@ class Sandbox:
 
     ``Sandbox(config)`` or ``Sandbox(**fields)`` (fields of ``SandboxConfig``) starts the
     jail immediately.  ``host``: the ``Host`` to run on (default: ``default_host()``).
+    ``snapshot``: start from this ``Snapshot`` (``snapshot()``) instead of the image; ``reset()``
+    goes back to it.
     """
 
-    def __init__(self, config: SandboxConfig | None = None, *, host: Host | None = None, **overrides: Any) -> None:
+    def __init__(self, config: SandboxConfig | None = None, *, host: Host | None = None,
+                 snapshot: Snapshot | None = None, **overrides: Any) -> None:  # fmt: skip
         if config is None:
             config = SandboxConfig(**overrides)
         elif overrides:
@@ -59,6 +64,9 @@ class Sandbox:
         self._egress_log: list[egress.Request] = []  # the last episode's log, once no longer served
         self._ports: PortForwarder | None = None  # the host sockets of config.expose
         self.host = host if host is not None else default_host()
+        if snapshot is not None and not isinstance(snapshot, Snapshot):
+            raise ConfigError("snapshot", f"expected a Snapshot (Sandbox.snapshot()), got {type(snapshot).__name__}")
+        self._base = snapshot  # what reset() goes back to (None: the image)
         self._start()
         if config.expose:
             try:
@@ -70,7 +78,7 @@ class Sandbox:
     def _start(self) -> None:
         """Start the jail, serve its allowlist (network="allow:...") at the host's proxy, and give
         its init the connector for exposed ports."""
-        self._jail = jail = launch.start(self.config, self.host)
+        self._jail = jail = launch.start(self.config, self.host, snapshot=self._base)
         policy = self.config.policy
         try:
             if self.config.expose:
@@ -133,31 +141,71 @@ class Sandbox:
             self._jail.teardown()
         self._stop_egress()
 
-    def reset(self) -> None:
+    def reset(self, to: Snapshot | str | None = None) -> None:
         """Back to pristine: every process killed, every write discarded.
 
         The executor rebuilds the sandbox's filesystem (fresh /tmp, /testbed, /root and
         copy-on-write layer) inside the same jail, in about a millisecond; if that fails the
-        jail is replaced.
+        jail is replaced.  Pristine is the snapshot the sandbox started from, if any.
+        ``to``: a ``Snapshot`` to start over from instead (or ``"image"``: the image); later
+        resets go back there too.  A sandbox started from a snapshot switches to another in the
+        same jail; one started from the image starts a new jail for it (a cold start).
         """
         with self.lock:
+            if to is not None and to != "image" and not isinstance(to, Snapshot):
+                raise ConfigError("to", f"expected a Snapshot or 'image', got {to!r}")
+            base = self._base if to is None else None if to == "image" else to
             for sh in list(self._shells):
                 sh.detach()
             jail = self._jail
-            if jail is not None and not jail.closed and jail.chan is not None and not jail.chan.closed:
-                try:
-                    if jail.regenerate():
-                        self.generation += 1
-                        if self._egress is not None:  # a fresh episode: a fresh log and byte budget
-                            self._egress.restart()
-                        return
-                except (SandboxCrashed, TimeoutError):
-                    pass
+            try:
+                if jail is not None and not jail.closed and jail.start_over(base, self.host):
+                    self.generation += 1
+                    self._base = base
+                    if self._egress is not None:  # a fresh episode: a fresh log and byte budget
+                        self._egress.restart()
+                    return
+            except (SandboxCrashed, TimeoutError):
+                pass
             self._stop()
+            self._base = base
             self._start()
             self.generation += 1
 
-    def __enter__(self) -> "Sandbox":
+    # -- snapshots -------------------------------------------------------------------------------
+    @property
+    def base(self) -> Snapshot | None:
+        """The snapshot this sandbox started (or was last reset) from; None: the image."""
+        return self._base
+
+    def snapshot(self, *, max_bytes: int | None = None) -> Snapshot:
+        """Keep the sandbox's filesystem state as an immutable ``Snapshot`` to start others from:
+        every change to the image (deletions too), /testbed and /tmp (and /root without a
+        copy-on-write root), on top of the snapshot it started from.  Not processes or memory
+        (snapshot.py says why).  Its processes are stopped for the copy.  ``max_bytes``: the
+        size cap (default: the store's).  SnapshotError when processes would not stop, the
+        state is over the cap, or it would stack more than the store's depth limit."""
+        with self.lock:
+            return snapshot_mod.take(self.jail, self.host.snapshot_store(), self._base, max_bytes)
+
+    def fork(self, n: int) -> list[Sandbox]:
+        """``n`` new sandboxes, each starting from this one's filesystem state (a ``snapshot()``
+        they share: nothing is copied per child), each isolated from the others and from this one.
+        The caller closes them."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError("n", f"must be a positive number of sandboxes, got {n!r}")
+        snap = self.snapshot()
+        children: list[Sandbox] = []
+        try:
+            for _ in range(n):
+                children.append(Sandbox(self.config, host=self.host, snapshot=snap))
+        except BaseException:
+            for c in children:
+                c.close()
+            raise
+        return children
+
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -312,7 +360,7 @@ class Sandbox:
                     pass
                 raise
 
-    def shell(self, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> "Shell":
+    def shell(self, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> Shell:
         """A persistent bash session: cd, variables and functions persist across commands."""
         from .shell import Shell
 

@@ -117,6 +117,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -124,6 +125,7 @@
 #include <sys/types.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -146,6 +148,7 @@ enum request {
   REQ_RESET = 'Z',
   REQ_LOOPBACK = 'T',
   REQ_CONNECTOR = 'U',
+  REQ_SNAPSHOT = 'P',
 };
 
 enum reply {
@@ -185,12 +188,15 @@ enum reply {
 #define MAX_RULES 64 /* ro=, rw=: paths a Landlock sandbox reads (and writes) beneath */
 #define MAX_OWN 8    /* own=: a Landlock sandbox's own directories (emptied at every generation) */
 #define MAX_DEVRW 16 /* devrw=: device files a Landlock sandbox reads and writes */
+#define MAX_LAYERS 32 /* layer=: snapshot layers a generation starts from (and a reset's list) */
+#define LAYER_ID_MAX 64 /* a layer's name: 1 to 64 lowercase hex digits (a sha256) */
+#define SNAPS_PATH_MAX 64 /* snaps=: short, so that MAX_LAYERS layers fit one overlay's options */
 #define OPTION_PATH_MAX 4032 /* the longest path option: PATH_MAX, less room for the generation's prefix */
 
-enum opt_kind { OPT_FD, OPT_SIZE, OPT_PATH, OPT_FLAG, OPT_COUNT, OPT_RLIMIT };
+enum opt_kind { OPT_FD, OPT_SIZE, OPT_PATH, OPT_FLAG, OPT_COUNT, OPT_RLIMIT, OPT_NAME };
 enum opt_id {
   O_CTRL, O_EXE, O_SECCOMP, O_LOWER, O_UPPER, O_TMP, O_TESTBED, O_BIND, O_WTMPFS, O_DEVDIR, O_ROOTRO, O_MKDIR,
-  O_PTYS, O_LANDLOCK, O_RO, O_RW, O_OWN, O_DEVRW, O_NET, O_CPU, O_AS, O_FSIZE, O_NPROC, O_NOFILE, O_CORE,
+  O_PTYS, O_SNAPS, O_LAYER, O_LANDLOCK, O_RO, O_RW, O_OWN, O_DEVRW, O_NET, O_CPU, O_AS, O_FSIZE, O_NPROC, O_NOFILE, O_CORE,
   O_STACK, N_OPTS
 };
 static const struct opt_spec {
@@ -211,6 +217,8 @@ static const struct opt_spec {
   [O_ROOTRO] = {"rootro", OPT_FLAG, 1},    /* make the generation's bind of the jail's root read-only */
   [O_MKDIR] = {"mkdir", OPT_PATH, MAX_MKDIRS},
   [O_PTYS] = {"ptys", OPT_COUNT, 1},       /* the generation's devpts instance holds at most this many */
+  [O_SNAPS] = {"snaps", OPT_PATH, 1},      /* where the snapshot store is bound (read-only): layers by name */
+  [O_LAYER] = {"layer", OPT_NAME, MAX_LAYERS}, /* the first generation's snapshot layers, top first */
   [O_LANDLOCK] = {"landlock", OPT_FLAG, 1}, /* no namespaces: a Landlock domain (see "Landlock mode") */
   [O_RO] = {"ro", OPT_PATH, MAX_RULES},    /* Landlock: read and execute beneath (skipped when missing) */
   [O_RW] = {"rw", OPT_PATH, MAX_RULES},    /* Landlock: read, write and execute beneath */
@@ -238,6 +246,7 @@ static const int opt_rlimit[N_OPTS] = {[O_CPU] = RLIMIT_CPU, [O_AS] = RLIMIT_AS,
 static struct options {
   int ctrl, exe, seccomp;  /* descriptors; exe and seccomp -1 when absent */
   const char *lower;       /* overlay lower dir (the image), or NULL */
+  const char *snaps;       /* the snapshot store (snaps=), or NULL */
   unsigned long long upper, tmp, testbed;
   int devdir, rootro, landlock, net;
   unsigned ptys;           /* devpts max= */
@@ -251,6 +260,18 @@ static struct options {
           .testbed = 2ull << 30, .ptys = 64};
 
 extern char **environ;
+
+/* The snapshot layers the next generation is built over (top first): layer= at start, then each
+ * reset's list.  Names only: the layers are directories of the store bound at opts.snaps. */
+static char layers[MAX_LAYERS][LAYER_ID_MAX + 1];
+static int n_layers;
+
+static int layer_name_ok(const char *v, size_t len) {
+  if (len == 0 || len > LAYER_ID_MAX) return 0;
+  for (size_t i = 0; i < len; i++)
+    if (!((v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f'))) return 0;
+  return 1;
+}
 
 static int ctrl = CTRL_FD; /* opts.ctrl, once the options are read */
 
@@ -536,6 +557,12 @@ static void supervise(pid_t cmd) {
  * namespace (its tmpfs go with it), build a new one: no new jail needed. */
 
 static int gen_mnt = -1, gen_root = -1, gen_ipc = -1;
+static int gen_ws = -1; /* the generation's workspace (/.sl/gen: the root overlay's writes), O_PATH */
+/* the tmpfs holding a place's writes when it is an overlay over snapshot layers (-1: a plain
+ * tmpfs); by descriptor, as the workspace: once the old root is detached, paths reach neither */
+enum { PL_TESTBED, PL_TMP, PL_HOME, N_PLACE_WS };
+static int gen_pws[N_PLACE_WS] = {-1, -1, -1};
+static int g_pws[N_PLACE_WS] = {-1, -1, -1}; /* G's own descriptors of them, for the report */
 /* The jail's whole root and its /proc.  The executor itself lives chrooted in /proc: a mount
  * table (/proc/PID/mountinfo, readable by any process) lists the mounts under its task's root,
  * and bwrap's mounts name host paths (the image, the host's /etc copy, the caller's mounts).
@@ -574,6 +601,71 @@ static void bind_at(const char *src, const char *dst) {
   if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0) gen_fail("bind", dst);
 }
 
+/* The generation's snapshot layers that hold PLACE (root, testbed, tmp, home), top first, as an
+ * overlay lowerdir list in out; how many.  A layer that is not in the store fails the generation. */
+static int layer_dirs(const char *place, char *out, size_t size) {
+  size_t len = 0;
+  int n = 0;
+  out[0] = 0;
+  for (int i = 0; i < n_layers; i++) {
+    char p[PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", opts.snaps, layers[i]);
+    if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode)) gen_fail("snapshot layer", p);
+    snprintf(p, sizeof p, "%s/%s/%s", opts.snaps, layers[i], place);
+    if (lstat(p, &st) < 0) {
+      if (errno == ENOENT) continue; /* this snapshot changed nothing there */
+      gen_fail("snapshot layer", p);
+    }
+    int w = snprintf(out + len, size - len, "%s%s", n ? ":" : "", p);
+    if (w < 0 || (size_t)w >= size - len) {
+      errno = E2BIG;
+      gen_fail("snapshot layers of", place);
+    }
+    len += (size_t)w;
+    n++;
+  }
+  return n;
+}
+
+/* An overlay at dst; without userxattr when the kernel or the upper tmpfs refuses it. */
+static void overlay_at(const char *dst, const char *lowers, const char *ws) {
+  char ovl[4096];
+  /* userxattr: overlay keeps its marks in user.* xattrs, which a user namespace may set; without
+   * it, every directory rename is EXDEV here (dpkg, pip and git rename directories).  A kernel or
+   * upper tmpfs without user xattrs refuses the option: then the mount goes on without it */
+  int w = snprintf(ovl, sizeof ovl, "lowerdir=%s,upperdir=%s/u,workdir=%s/w,userxattr", lowers, ws, ws);
+  if (w < 0 || (size_t)w >= sizeof ovl) {
+    errno = E2BIG;
+    gen_fail("overlay", dst);
+  }
+  if (mount("overlay", dst, "overlay", 0, ovl) < 0) {
+    ovl[strlen(ovl) - strlen(",userxattr")] = 0;
+    if (mount("overlay", dst, "overlay", 0, ovl) < 0) gen_fail("overlay", dst);
+  }
+}
+
+/* A writable place (/tmp, /testbed, /root) at path: a fresh tmpfs of `size` bytes, or, when the
+ * generation's snapshot layers hold it, an overlay over them whose writes land in such a tmpfs
+ * (the workspace's p-NAME; nothing is copied: every sandbox started from a snapshot shares it). */
+static void place_at(const char *path, const char *place, int which, unsigned long long size, mode_t mode) {
+  char lowers[3584], ws[64], dir[80];
+  if (!layer_dirs(place, lowers, sizeof lowers)) {
+    tmpfs_at(path, size, mode);
+    return;
+  }
+  snprintf(ws, sizeof ws, "/.sl/gen/p-%s", place);
+  tmpfs_at(ws, size, 0755);
+  if ((g_pws[which] = open(ws, O_PATH | O_DIRECTORY)) < 0) gen_fail("open", ws);
+  snprintf(dir, sizeof dir, "%s/u", ws);
+  mkdir_p(dir, 0755);
+  if (chmod(dir, mode) < 0) gen_fail("chmod", dir); /* the place's own mode (the root of the overlay) */
+  snprintf(dir, sizeof dir, "%s/w", ws);
+  mkdir_p(dir, 0755);
+  mkdir_p(path, 0755);
+  overlay_at(path, lowers, ws);
+}
+
 /* G: build the generation's mount namespace, pivot into it, report, wait. */
 static void gen_child(int ready_w, int hold_r) {
   char root[] = "/.sl/gen/r", path[PATH_MAX];
@@ -586,15 +678,10 @@ static void gen_child(int ready_w, int hold_r) {
   if (opts.lower) {
     mkdir_p("/.sl/gen/u", 0755);
     mkdir_p("/.sl/gen/w", 0755);
-    char ovl[PATH_MAX + 64];
-    /* userxattr: overlay keeps its marks in user.* xattrs, which a user namespace may set; without
-     * it, every directory rename is EXDEV here (dpkg, pip and git rename directories).  A kernel or
-     * upper tmpfs without user xattrs refuses the option: then the mount goes on without it */
-    snprintf(ovl, sizeof ovl, "lowerdir=%s,upperdir=/.sl/gen/u,workdir=/.sl/gen/w,userxattr", opts.lower);
-    if (mount("overlay", root, "overlay", 0, ovl) < 0) {
-      ovl[strlen(ovl) - strlen(",userxattr")] = 0;
-      if (mount("overlay", root, "overlay", 0, ovl) < 0) gen_fail("overlay", opts.lower);
-    }
+    char lowers[PATH_MAX];
+    int n = layer_dirs("root", lowers, sizeof lowers - strlen(opts.lower) - 1);
+    snprintf(lowers + strlen(lowers), sizeof lowers - strlen(lowers), "%s%s", n ? ":" : "", opts.lower);
+    overlay_at(root, lowers, "/.sl/gen");
     static const char *const jail[] = {"proc", "dev", "tmp", "testbed", "root"};
     for (size_t i = 0; i < sizeof jail / sizeof *jail; i++) {
       snprintf(path, sizeof path, "%s/%s", root, jail[i]);
@@ -613,16 +700,21 @@ static void gen_child(int ready_w, int hold_r) {
     bind_at("/", root);
     if (opts.rootro && mount(NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
       gen_fail("read-only", root);
+    if (opts.snaps) { /* the recursive bind copied the snapshot store: covered (a locked mount cannot go) */
+      snprintf(path, sizeof path, "%s%s", root, opts.snaps);
+      if (mount("sandboxlite", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0") < 0)
+        gen_fail("covering", path);
+    }
   }
   snprintf(path, sizeof path, "%s/tmp", root);
-  tmpfs_at(path, opts.tmp, 01777);
+  place_at(path, "tmp", PL_TMP, opts.tmp, 01777);
   if (opts.testbed > 0) {
     snprintf(path, sizeof path, "%s/testbed", root);
-    tmpfs_at(path, opts.testbed, 0755);
+    place_at(path, "testbed", PL_TESTBED, opts.testbed, 0755);
   }
   if (!opts.lower) {
     snprintf(path, sizeof path, "%s/root", root);
-    tmpfs_at(path, opts.tmp, 0700);
+    place_at(path, "home", PL_HOME, opts.tmp, 0700);
   }
   snprintf(path, sizeof path, "%s/dev/shm", root);
   tmpfs_at(path, opts.tmp, 01777);
@@ -645,12 +737,18 @@ static void gen_child(int ready_w, int hold_r) {
     snprintf(path, sizeof path, "%s%s", root, opts.mkdirs[i]);
     mkdir_p(path, 0755);
   }
+  /* the workspace (the writes of the generation's overlays), for the executor's snapshots: once
+   * the old root is detached below, only this descriptor (and the overlays) reach it */
+  int ws = open("/.sl/gen", O_PATH | O_DIRECTORY);
+  if (ws < 0) gen_fail("open", "/.sl/gen");
   if (chdir(root) < 0) gen_fail("chdir", root);
   if (syscall(SYS_pivot_root, ".", ".") < 0) gen_fail("pivot_root", root);
   if (umount2(".", MNT_DETACH) < 0) gen_fail("umount old root", NULL);
   if (chdir("/") < 0) gen_fail("chdir", "/");
   if (!opts.lower) umount2("/.sl/gen", MNT_DETACH); /* the recursive bind copied our workspace */
-  if (write(ready_w, "1", 1) != 1) _exit(EXIT_SETUP);
+  char msg[64];
+  int len = snprintf(msg, sizeof msg, "%d %d %d %d", ws, g_pws[PL_TESTBED], g_pws[PL_TMP], g_pws[PL_HOME]);
+  if (write(ready_w, msg, (size_t)len) != len) _exit(EXIT_SETUP);
   char c;
   while (read(hold_r, &c, 1) < 0 && errno == EINTR) {
   }
@@ -910,35 +1008,56 @@ static int new_generation(void) {
   }
   close(ready[1]);
   close(hold[0]);
-  char c, path[64];
+  char msg[64], path[64];
   ssize_t n;
-  do n = read(ready[0], &c, 1);
+  do n = read(ready[0], msg, sizeof msg - 1);
   while (n < 0 && errno == EINTR);
   close(ready[0]);
-  int mnt = -1, rootfd = -1, ipc = -1, err = EIO;
-  if (n == 1) {
+  int mnt = -1, rootfd = -1, ipc = -1, wsfd = -1, err = EIO;
+  if (n > 0) {
+    msg[n] = 0;
     snprintf(path, sizeof path, "%d/ns/mnt", (int)g);
     mnt = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
     snprintf(path, sizeof path, "%d/ns/ipc", (int)g);
     ipc = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
     snprintf(path, sizeof path, "%d/root", (int)g);
     rootfd = openat(proc_fd, path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (mnt < 0 || ipc < 0 || rootfd < 0) err = errno;
+    int nums[1 + N_PLACE_WS], k = 0;
+    for (char *p = msg, *end; k < 1 + N_PLACE_WS; p = end) {
+      nums[k++] = (int)strtol(p, &end, 10);
+      if (end == p) break;
+    }
+    snprintf(path, sizeof path, "%d/fd/%d", (int)g, nums[0]);
+    wsfd = k == 1 + N_PLACE_WS ? openat(proc_fd, path, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+    for (int i = 0; wsfd >= 0 && i < N_PLACE_WS; i++) {
+      if (gen_pws[i] >= 0) close(gen_pws[i]);
+      gen_pws[i] = -1;
+      if (nums[1 + i] < 0) continue;
+      snprintf(path, sizeof path, "%d/fd/%d", (int)g, nums[1 + i]);
+      if ((gen_pws[i] = openat(proc_fd, path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        close(wsfd);
+        wsfd = -1;
+      }
+    }
+    if (mnt < 0 || ipc < 0 || rootfd < 0 || wsfd < 0) err = errno ? errno : EIO;
   }
   close(hold[1]); /* G exits (reaped with the other orphans); the namespaces live on through our descriptors */
-  if (mnt < 0 || ipc < 0 || rootfd < 0) {
+  if (mnt < 0 || ipc < 0 || rootfd < 0 || wsfd < 0) {
     if (mnt >= 0) close(mnt);
     if (ipc >= 0) close(ipc);
     if (rootfd >= 0) close(rootfd);
+    if (wsfd >= 0) close(wsfd);
     errno = err;
     return -1;
   }
   if (gen_mnt >= 0) close(gen_mnt);
   if (gen_ipc >= 0) close(gen_ipc); /* the last reference once the old generation's processes are gone */
   if (gen_root >= 0) close(gen_root);
+  if (gen_ws >= 0) close(gen_ws);
   gen_mnt = mnt;
   gen_ipc = ipc;
   gen_root = rootfd;
+  gen_ws = wsfd;
   gen_ok = 1;
   return 0;
 }
@@ -1047,8 +1166,22 @@ static int load_filter(int fd) {
   return 0;
 }
 
-/* Reset: kill every process of the sandbox, then a fresh generation. */
-static void do_reset(uint32_t id) {
+/* Reset: kill every process of the sandbox, then a fresh generation over the snapshot layers the
+ * payload names (NUL-terminated, top first; none: the image). */
+static void do_reset(uint32_t id, const char *payload, size_t plen) {
+  char names[MAX_LAYERS][LAYER_ID_MAX + 1];
+  int n = 0;
+  for (size_t i = 0; i < plen;) {
+    size_t len = strnlen(payload + i, plen - i);
+    if (i + len == plen || n == MAX_LAYERS || !layer_name_ok(payload + i, len) || (opts.landlock || !opts.snaps)) {
+      send_errno(id, opts.landlock ? EOPNOTSUPP : EINVAL);
+      return;
+    }
+    memcpy(names[n++], payload + i, len + 1);
+    i += len + 1;
+  }
+  memcpy(layers, names, sizeof names);
+  n_layers = n;
   if (opts.landlock) {
     kill_tree();
   } else {
@@ -1070,6 +1203,336 @@ static void do_reset(uint32_t id) {
   }
   make_standby();
   send_frame(REP_OK, id, NULL, 0, -1);
+}
+
+/* ---- snapshots (namespaces only) -------------------------------------------
+ *
+ * 'P' copies the generation's writes into the directory the host attached: the copy-on-write
+ * layer's upper (root/: whiteouts and overlay's opaque marks included) and the writable places
+ * (testbed/, tmp/, and home/ without a copy-on-write root; of a place started from snapshot
+ * layers, its own upper only: the new snapshot is one more layer).  Every process of the sandbox
+ * is stopped (SIGSTOP) for the copy and continued after it; one already stopped stays so.  The
+ * copy holds directories, regular files (holes kept), symlinks (copied as they are, never
+ * followed), fifos and whiteouts (0:0 character devices); no other device, no socket, no setuid
+ * or setgid bit, no xattr but user.* (none of overlay's own in a place that is no overlay
+ * upper); a hard link becomes a file of its own.  The host checks the copy again anyway. */
+
+static int parse_number(const char *s, unsigned long long *out);
+
+#define MAX_PAUSED 8192
+static struct {
+  pid_t pid;
+  int ours; /* stopped by us (continued after the copy); 0: it was stopped already */
+} paused[MAX_PAUSED];
+static int n_paused;
+
+/* A process's state letter from PID/stat (0: gone), and its name when asked. */
+static char proc_state(pid_t pid, char *comm, size_t clen) {
+  char path[32], buf[512];
+  snprintf(path, sizeof path, "%d/stat", (int)pid);
+  int fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  char *l = strchr(buf, '('), *r = strrchr(buf, ')');
+  if (!l || !r || r < l || r[1] != ' ' || !r[2]) return '?';
+  if (comm && clen) {
+    size_t k = (size_t)(r - l - 1);
+    if (k >= clen) k = clen - 1;
+    memcpy(comm, l + 1, k);
+    comm[k] = 0;
+  }
+  return r[2];
+}
+
+static int is_paused(pid_t pid) {
+  for (int i = 0; i < n_paused; i++)
+    if (paused[i].pid == pid) return 1;
+  return 0;
+}
+
+/* One pass over the PID namespace: stop every process not seen yet; how many were new (-1: too
+ * many).  A process with a stop pending forks nothing more (fork fails over a pending signal and
+ * is restarted after it), so a pass that finds nothing new has them all. */
+static int pause_pass(void) {
+  int dfd = openat(proc_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (!d) {
+    if (dfd >= 0) close(dfd);
+    return -1;
+  }
+  int added = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char *end;
+    long p = strtol(e->d_name, &end, 10);
+    if (*end || p <= 1 || is_paused((pid_t)p)) continue; /* PID 1 is us */
+    char st = proc_state((pid_t)p, NULL, 0);
+    if (!st || st == 'Z' || st == 'X') continue;
+    if (n_paused == MAX_PAUSED) {
+      added = -1;
+      break;
+    }
+    int ours = st != 'T' && st != 't';
+    if (ours) kill((pid_t)p, SIGSTOP);
+    paused[n_paused].pid = (pid_t)p;
+    paused[n_paused++].ours = ours;
+    added++;
+  }
+  closedir(d);
+  return added;
+}
+
+static void resume_all(void) {
+  for (int i = 0; i < n_paused; i++)
+    if (paused[i].ours) kill(paused[i].pid, SIGCONT);
+  n_paused = 0;
+}
+
+/* Stop every process of the sandbox; 0, or -1 with `why` naming those that did not stop in 2 s
+ * (an uninterruptible sleep, a tracer's stop) after they are all continued again. */
+static int pause_all(char *why, size_t wlen) {
+  n_paused = 0;
+  int waited_us = 0;
+  for (;;) {
+    int added;
+    while ((added = pause_pass()) > 0) {
+    }
+    if (added < 0) {
+      snprintf(why, wlen, "more than %d processes", MAX_PAUSED);
+      resume_all();
+      return -1;
+    }
+    int left = 0;
+    for (int i = 0; i < n_paused; i++) {
+      char st = proc_state(paused[i].pid, NULL, 0);
+      if (st && st != 'T' && st != 't' && st != 'Z' && st != 'X') left++;
+    }
+    if (!left && pause_pass() == 0) return 0; /* and nothing new meanwhile */
+    if (waited_us >= 2000000) break;
+    struct timespec ts = {0, waited_us < 10000 ? 50000 : 1000000};
+    nanosleep(&ts, NULL);
+    waited_us += waited_us < 10000 ? 50 : 1000;
+  }
+  size_t len = 0;
+  why[0] = 0;
+  for (int i = 0; i < n_paused && len + 80 < wlen; i++) {
+    char comm[32] = "?";
+    char st = proc_state(paused[i].pid, comm, sizeof comm);
+    if (!st || st == 'T' || st == 't' || st == 'Z' || st == 'X') continue;
+    int w = snprintf(why + len, wlen - len, "%spid %d (%s) in state %c", len ? ", " : "", (int)paused[i].pid, comm, st);
+    if (w > 0) len += (size_t)w;
+  }
+  resume_all();
+  return -1;
+}
+
+struct copy_job {
+  unsigned long long left; /* bytes the snapshot may still take */
+  unsigned long long bytes, files;
+  int keep_overlay_xattrs; /* an overlay upper: its user.overlay.* marks are the layer's meaning */
+};
+
+static int copy_xattrs(int src, int dst, const struct copy_job *job) {
+  char names[4096], val[4096];
+  ssize_t n = flistxattr(src, names, sizeof names);
+  if (n < 0) return errno == ENOTSUP ? 0 : -1;
+  for (char *k = names; k < names + n; k += strlen(k) + 1) {
+    if (strncmp(k, "user.", 5)) continue; /* security.*, trusted.*, system.*: never */
+    if (!job->keep_overlay_xattrs && !strncmp(k, "user.overlay.", 13)) continue;
+    ssize_t v = fgetxattr(src, k, val, sizeof val);
+    if (v < 0 || fsetxattr(dst, k, val, (size_t)v, 0) < 0) return -1;
+  }
+  return 0;
+}
+
+/* A regular file's data, holes kept (a 1 TB sparse file takes what it holds, not 1 TB). */
+static int copy_data(int s, int d, off_t size) {
+  off_t off = 0;
+  while (off < size) {
+    off_t data = lseek(s, off, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break; /* a hole to the end */
+      return -1;
+    }
+    off_t hole = lseek(s, data, SEEK_HOLE);
+    if (hole < 0 || lseek(d, data, SEEK_SET) < 0) return -1;
+    off_t in = data;
+    while (in < hole) {
+      ssize_t n = sendfile(d, s, &in, (size_t)(hole - in < (1 << 30) ? hole - in : (1 << 30)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return -1;
+      if (n == 0) break;
+    }
+    off = hole;
+  }
+  return ftruncate(d, size);
+}
+
+static int copy_tree(int sdir, int ddir, int depth, struct copy_job *job);
+
+/* One entry `name` of sdir into ddir; 0, or -1 with errno. */
+static int copy_entry(int sdir, int ddir, const char *name, int depth, struct copy_job *job) {
+  struct stat st;
+  if (fstatat(sdir, name, &st, AT_SYMLINK_NOFOLLOW) < 0) return errno == ENOENT ? 0 : -1;
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  unsigned long long cost = 512 + (S_ISREG(st.st_mode) ? (unsigned long long)st.st_blocks * 512 : 0);
+  if (cost > job->left) {
+    errno = EFBIG;
+    return -1;
+  }
+  job->left -= cost;
+  job->files++;
+  int s = -1, d = -1, r = -1;
+  if (S_ISDIR(st.st_mode)) {
+    if (depth >= 200) {
+      errno = ELOOP;
+      return -1;
+    }
+    if ((s = openat(sdir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) return -1;
+    if (mkdirat(ddir, name, 0700) == 0 && (d = openat(ddir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
+      r = copy_xattrs(s, d, job) == 0 && copy_tree(s, d, depth + 1, job) == 0 &&
+              fchmod(d, st.st_mode & 01777) == 0 && futimens(d, times) == 0 ? 0 : -1;
+  } else if (S_ISREG(st.st_mode)) {
+    if ((s = openat(sdir, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC)) < 0) return -1;
+    if ((d = openat(ddir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) >= 0)
+      r = copy_data(s, d, st.st_size) == 0 && copy_xattrs(s, d, job) == 0 && fchmod(d, st.st_mode & 0777) == 0 &&
+              futimens(d, times) == 0 ? 0 : -1;
+    job->bytes += (unsigned long long)st.st_size;
+  } else if (S_ISLNK(st.st_mode)) {
+    char target[PATH_MAX];
+    ssize_t n = readlinkat(sdir, name, target, sizeof target - 1);
+    if (n < 0) return -1;
+    target[n] = 0;
+    r = symlinkat(target, ddir, name) == 0 && utimensat(ddir, name, times, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -1;
+  } else if (S_ISCHR(st.st_mode) && st.st_rdev == 0) { /* overlay's whiteout: this name was removed */
+    r = mknodat(ddir, name, S_IFCHR, 0);
+  } else if (S_ISFIFO(st.st_mode)) {
+    r = mkfifoat(ddir, name, st.st_mode & 0777) == 0 && utimensat(ddir, name, times, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -1;
+  } else {
+    return 0; /* a socket, or a device (no command can make one): not part of a snapshot */
+  }
+  int err = errno;
+  if (s >= 0) close(s);
+  if (d >= 0) close(d);
+  errno = err;
+  return r;
+}
+
+static int copy_tree(int sdir, int ddir, int depth, struct copy_job *job) {
+  int lfd = openat(sdir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *dir = lfd >= 0 ? fdopendir(lfd) : NULL;
+  if (!dir) {
+    if (lfd >= 0) close(lfd);
+    return -1;
+  }
+  int r = 0;
+  struct dirent *e;
+  while (r == 0 && (e = readdir(dir))) {
+    const char *n = e->d_name;
+    if (n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2]))) continue;
+    r = copy_entry(sdir, ddir, n, depth, job);
+  }
+  int err = errno;
+  closedir(dir);
+  errno = err;
+  return r;
+}
+
+/* Does the directory hold anything? */
+static int dir_empty(int dfd) {
+  int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *dir = lfd >= 0 ? fdopendir(lfd) : NULL;
+  if (!dir) {
+    if (lfd >= 0) close(lfd);
+    return 1;
+  }
+  int empty = 1;
+  struct dirent *e;
+  while (empty && (e = readdir(dir)))
+    if (!(e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))) empty = 0;
+  closedir(dir);
+  return empty;
+}
+
+/* The writes of one place: the upper of its overlay in the workspace (ws_name/u), else the tmpfs
+ * mounted at `at` in the generation.  -1 with errno ENOENT when the place is not there. */
+static int place_source(int ws, const char *at, int *upper) {
+  *upper = ws >= 0;
+  if (ws >= 0) return openat(ws, "u", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  return open_in(at, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+}
+
+static int snapshot_places(int dst, struct copy_job *job) {
+  struct {
+    const char *name;
+    int ws;
+    const char *at;
+    int wanted;
+  } places[] = {
+    {"root", gen_ws, NULL, opts.lower != NULL},
+    {"testbed", gen_pws[PL_TESTBED], "/testbed", opts.testbed > 0},
+    {"tmp", gen_pws[PL_TMP], "/tmp", 1},
+    {"home", gen_pws[PL_HOME], "/root", opts.lower == NULL},
+  };
+  for (size_t i = 0; i < sizeof places / sizeof *places; i++) {
+    if (!places[i].wanted) continue;
+    int upper;
+    int src = place_source(places[i].ws, places[i].at, &upper);
+    if (src < 0) return -1;
+    int r = 0;
+    if (!dir_empty(src)) {
+      job->keep_overlay_xattrs = upper; /* in a plain tmpfs, user.overlay.* are the commands' own */
+      struct stat st;
+      int d = -1;
+      r = fstat(src, &st) == 0 && mkdirat(dst, places[i].name, 0700) == 0 &&
+                  (d = openat(dst, places[i].name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0 &&
+                  copy_tree(src, d, 0, job) == 0 && fchmod(d, st.st_mode & 01777) == 0 &&
+                  futimens(d, (struct timespec[2]){st.st_atim, st.st_mtim}) == 0 ? 0 : -1;
+      int err = errno;
+      if (d >= 0) close(d);
+      errno = err;
+    }
+    int err = errno;
+    close(src);
+    errno = err;
+    if (r < 0) return -1;
+  }
+  return 0;
+}
+
+/* 'P': payload "MAX_BYTES", one directory attached (empty, the host's: where the copy goes).
+ * OK "BYTES FILES", OK "busy: WHO" when processes could not be stopped, or ERROR. */
+static void do_snapshot(uint32_t id, const char *payload, int *fds, int nfds) {
+  unsigned long long max;
+  struct stat st;
+  if (opts.landlock) {
+    send_errno(id, EOPNOTSUPP);
+    return;
+  }
+  if (nfds != 1 || parse_number(payload, &max) < 0 || fstat(fds[0], &st) < 0 || !S_ISDIR(st.st_mode)) {
+    send_errno(id, EINVAL);
+    return;
+  }
+  char why[MAX_REPLY_PAYLOAD - 64];
+  if (pause_all(why, sizeof why) < 0) {
+    char msg[MAX_REPLY_PAYLOAD];
+    snprintf(msg, sizeof msg, "busy: %s", why);
+    send_str(REP_OK, id, msg);
+    return;
+  }
+  struct copy_job job = {max, 0, 0, 0};
+  int r = snapshot_places(fds[0], &job), err = errno;
+  resume_all();
+  if (r < 0) {
+    send_errno(id, err);
+    return;
+  }
+  char msg[64];
+  snprintf(msg, sizeof msg, "%llu %llu", job.bytes, job.files);
+  send_str(REP_OK, id, msg);
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -1302,14 +1765,16 @@ static int collect_standby(void) {
  * that fails the next spawn forks and confines its supervisor itself. */
 static void make_standby(void) {
   if (standby_pid >= 0 || standby_asked) return;
-  if (zyg_fd < 0 && make_zygote() < 0) return;
-  kill(zyg_pid, SIGCONT); /* as for standbys: a command may have stopped it */
-  if (send(zyg_fd, "s", 1, MSG_NOSIGNAL) == 1) {
-    standby_asked = 1;
-    return;
+  for (int attempt = 0; attempt < 2; attempt++) { /* a dead zygote's socket refuses: make a new one */
+    if (zyg_fd < 0 && make_zygote() < 0) return;
+    kill(zyg_pid, SIGCONT); /* as for standbys: a command may have stopped it */
+    if (send(zyg_fd, "s", 1, MSG_NOSIGNAL) == 1) {
+      standby_asked = 1;
+      return;
+    }
+    kill(zyg_pid, SIGKILL);
+    zygote_gone();
   }
-  kill(zyg_pid, SIGKILL);
-  zygote_gone();
 }
 
 static void drop_standby(void) {
@@ -1369,9 +1834,11 @@ static void add_child(uint32_t id, pid_t pid) {
 static void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
   pid_t s;
   int rc = hand_to_standby(id, payload, plen, fds, nfds);
-  if (rc == -1 && opts.landlock) {
-    /* the zygote's Landlock layer is the generation's: a supervisor that confined itself would be
-     * in a layer of its own, whose commands could not signal the others'.  Wait for a standby */
+  /* the zygote's Landlock layer is the generation's: a supervisor that confined itself would be
+   * in a layer of its own, whose commands could not signal the others'.  Wait for a standby: each
+   * failed try dropped the standby or zygote that failed (a kill -9 -1 kills both, and the
+   * zygote's socket may still take the request while it dies), so the next is a new one */
+  for (int tries = 0; rc == -1 && opts.landlock && tries < 3; tries++) {
     make_standby();
     rc = hand_to_standby(id, payload, plen, fds, nfds);
   }
@@ -1652,7 +2119,10 @@ static int handle_request(int narrow) {
       do_symlink(id, payload, plen);
       break;
     case REQ_RESET:
-      do_reset(id);
+      do_reset(id, payload, plen);
+      break;
+    case REQ_SNAPSHOT:
+      do_snapshot(id, payload, fds, nfds);
       break;
     case REQ_LOOPBACK:
       do_loopback(id, payload, plen);
@@ -1748,6 +2218,10 @@ static void parse_options(int argc, char **argv) {
         *(id == O_DEVDIR ? &opts.devdir : id == O_ROOTRO ? &opts.rootro : id == O_LANDLOCK ? &opts.landlock
                                                                                      : &opts.net) = v[0] == '1';
         break;
+      case OPT_NAME:
+        if (!layer_name_ok(v, strlen(v))) bad_option("option '%s': expected 1 to %d lowercase hex digits", a, LAYER_ID_MAX);
+        memcpy(layers[n_layers++], v, strlen(v) + 1);
+        break;
       case OPT_RLIMIT:
         if (strcmp(v, "inf") == 0)
           opts.rlimit[id] = RLIM_INFINITY;
@@ -1758,10 +2232,13 @@ static void parse_options(int argc, char **argv) {
         break;
       case OPT_PATH:
         /* room for the generation's prefix; a comma or colon would split the overlay's options */
-        if (v[0] != '/' || strlen(v) > OPTION_PATH_MAX || (id == O_LOWER && strpbrk(v, ",:")))
+        if (v[0] != '/' || strlen(v) > OPTION_PATH_MAX || ((id == O_LOWER || id == O_SNAPS) && strpbrk(v, ",:")) ||
+            (id == O_SNAPS && strlen(v) > SNAPS_PATH_MAX))
           bad_option("option '%s': expected an absolute path", a);
         if (id == O_LOWER)
           opts.lower = v;
+        else if (id == O_SNAPS)
+          opts.snaps = v;
         else
           (id == O_BIND ? opts.binds : id == O_WTMPFS ? opts.wtmpfs : id == O_MKDIR ? opts.mkdirs : id == O_RO ? opts.ro
            : id == O_RW ? opts.rw : id == O_OWN ? opts.own : opts.devrw)[opts.n[id]] = v;
@@ -1771,11 +2248,12 @@ static void parse_options(int argc, char **argv) {
   }
   if (!opts.n[O_SECCOMP]) bad_option("no seccomp filter (seccomp=FD): refusing to run commands unfiltered");
   if (opts.landlock) { /* no mount namespace: the options that shape one make no sense */
-    static const int ns_only[] = {O_LOWER, O_UPPER, O_BIND, O_WTMPFS, O_DEVDIR, O_ROOTRO, O_MKDIR, O_PTYS};
+    static const int ns_only[] = {O_LOWER, O_UPPER, O_BIND, O_WTMPFS, O_DEVDIR, O_ROOTRO, O_MKDIR, O_PTYS, O_SNAPS, O_LAYER};
     for (size_t i = 0; i < sizeof ns_only / sizeof *ns_only; i++)
       if (opts.n[ns_only[i]]) bad_option("option %s= needs namespaces: not with landlock=1", opt_specs[ns_only[i]].key);
     if (!opts.n[O_OWN]) bad_option("landlock=1 needs at least one own= directory (where the sandbox writes)");
   } else {
+    if (opts.n[O_LAYER] && !opts.snaps) bad_option("layer= needs snaps= (where the snapshot store is bound)");
     static const int ll_only[] = {O_RO, O_RW, O_OWN, O_DEVRW, O_NET};
     for (size_t i = 0; i < sizeof ll_only / sizeof *ll_only; i++)
       if (opts.n[ll_only[i]]) bad_option("option %s= is for landlock=1 only", opt_specs[ll_only[i]].key);
@@ -1802,11 +2280,12 @@ static void apply_options(void) {
  * unprivileged uid/gid (no supplementary groups), then executes bwrap, so
  * that uid 0 inside the sandbox is never the host's root. */
 static int launch(int argc, char **argv) {
-  if (argc >= 5 && strcmp(argv[2], "-m") == 0) { /* see launcher_x86_64.c */
+  for (int trees = 0; argc >= 5 && strcmp(argv[2], "-m") == 0; trees++) { /* see launcher_x86_64.c */
     int fd = atoi(argv[3]);
-    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+    if (trees == 2 ||
+        (trees == 0 && (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)) ||
         syscall(SYS_move_mount, fd, "", AT_FDCWD, argv[4], 0x00000004 /* MOVE_MOUNT_F_EMPTY_PATH */) < 0)
-      die("attaching the image's mount tree");
+      die("attaching an idmapped mount tree");
     close(fd);
     argv += 3;
     argc -= 3;

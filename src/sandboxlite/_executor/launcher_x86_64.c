@@ -1,10 +1,11 @@
 /*
  * sandboxlite launcher (x86_64, no libc):
- *     launcher [-m TREE_FD DIR] [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...
+ *     launcher [-m TREE_FD DIR]... [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...
  *
- * With -m, first move into a private mount namespace of its own and attach the
- * detached mount tree open on TREE_FD (the image, idmapped to UID by the
- * caller: sandboxlite/idmap.py) at DIR, where bwrap binds it from.  Attached
+ * With -m (at most twice: the image, the snapshot store), first move into a
+ * private mount namespace of its own and attach the detached mount tree open
+ * on TREE_FD (idmapped to UID by the caller: sandboxlite/idmap.py) at DIR,
+ * where bwrap binds it from.  Attached
  * by root before bwrap's user namespace exists, the mount is locked for the
  * jail: its read-only flag cannot be cleared from inside.
  * For a root caller: join the sandbox's cgroup v1 groups (writing "0" to each
@@ -90,12 +91,13 @@ __attribute__((noreturn, used)) void launcher_main(long *sp) {
   long argc = sp[0];
   char **argv = (char **)(sp + 1);
   char **envp = argv + argc + 1;
-  if (argc >= 4 && argv[1][0] == '-' && argv[1][1] == 'm' && !argv[1][2]) {
+  for (int trees = 0; argc >= 4 && argv[1][0] == '-' && argv[1][1] == 'm' && !argv[1][2]; trees++) {
     long fd = num(argv[2]);
-    if (fd < 0 || sys3(SYS_unshare, CLONE_NEWNS, 0, 0) < 0 ||
-        sys5(SYS_mount, 0, (long)"/", 0, MS_REC | MS_PRIVATE, 0) < 0 ||
+    if (fd < 0 || trees == 2 ||
+        (trees == 0 && (sys3(SYS_unshare, CLONE_NEWNS, 0, 0) < 0 ||
+                        sys5(SYS_mount, 0, (long)"/", 0, MS_REC | MS_PRIVATE, 0) < 0)) ||
         sys5(SYS_move_mount, fd, (long)"", AT_FDCWD, (long)argv[3], MOVE_MOUNT_F_EMPTY_PATH) < 0) {
-      say("cannot attach the image's mount tree at ", argv[3]);
+      say("cannot attach an idmapped mount tree at ", argv[3]);
       quit(111);
     }
     sys3(SYS_close, fd, 0, 0);
@@ -123,7 +125,7 @@ __attribute__((noreturn, used)) void launcher_main(long *sp) {
     argc -= 2;
   }
   if (argc < 4) {
-    say("usage: ", "launcher [-m TREE_FD DIR] [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...");
+    say("usage: ", "launcher [-m TREE_FD DIR]... [-t TASKS_FILE]... [-n NETNS_FD] UID GID PROGRAM ARGS...");
     quit(111);
   }
   long uid = num(argv[1]), gid = num(argv[2]);

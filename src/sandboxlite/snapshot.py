@@ -1,0 +1,355 @@
+"""Snapshots: a sandbox's filesystem state, kept to start other sandboxes from.
+
+``Sandbox.snapshot()`` asks the executor to copy the generation's writes (the copy-on-write
+layer's upper over the image, and the writable places /testbed, /tmp, and /root without a
+copy-on-write root) into a staging directory of the ``Store`` while every process of the
+sandbox is stopped.  The store then checks the copy (``verify_tree``: directories, regular
+files, symlinks, fifos and overlay whiteouts only; no setuid or setgid bit; one owner), gives it
+to the store's owner, names it by its content (``digest_tree``: sha256 over every entry's path,
+kind, mode, times, xattrs and data, and the parent's name) and moves it to ``layers/NAME``.
+
+A snapshot is a *layer*: a sandbox started from snapshot S2 whose parent is S1 sees
+``S2 over S1 over the image`` (overlayfs lower layers, read-only; the sandbox writes in a fresh
+tmpfs above them).  Nothing is copied per start: every sandbox of a snapshot shares its layers.
+
+Processes and memory are not part of a snapshot: a sandbox started from one boots fresh (its
+files as they were, nothing running).  Saving processes needs checkpoint/restore (CRIU), which
+needs privileges and kernel features a sandbox host cannot assume, and restores state (sockets,
+pids, timers) that a fresh episode should not inherit anyway.
+
+Layout of a store (``paths.snapshots()``, tmpfs-backed by default)::
+
+    layers/NAME/{root,testbed,tmp,home}/   bound read-only into the jails that use it
+    meta/NAME.json                         parent, depth, size, files, created
+    locks/NAME.lock                        a shared flock per live sandbox using NAME
+    staging/                               copies being made
+
+The jails see ``layers/`` only, and only their executor does: commands live in the generation's
+own root, where it is not mounted.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import SnapshotError
+
+PLACES = ("root", "testbed", "tmp", "home")  # the layer's directories (executor.c, "snapshots")
+FORMAT = 1
+DEFAULT_MAX_DEPTH = 16  # layers a sandbox may stack (the executor takes up to protocol.MAX_LAYERS)
+DEFAULT_MAX_BYTES = 4 << 30  # one snapshot's size cap (SANDBOXLITE_SNAPSHOT_MAX_MB)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An immutable, content-addressed filesystem state (see the module's docstring).
+
+    ``name``: the sha256 of its content and parent; ``parent``: the snapshot it was taken on top
+    of (None: over the image); ``depth``: layers from the image (1 for no parent); ``size``:
+    bytes of file data in this layer; ``files``: its entries; ``created``: a Unix time.
+    """
+
+    name: str
+    parent: str | None
+    depth: int
+    size: int
+    files: int
+    created: float
+    rootfs: str = ""  # the image it was taken over (a snapshot starts only over the same one)
+    cow: bool = False  # it holds changes to the image (a copy-on-write layer): needs a copy-on-write root
+    store: Store = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """Its layers, top first: this snapshot's name, its parent's, and so on."""
+        out = [self.name]
+        parent = self.parent
+        while parent is not None:
+            meta = self.store.meta(parent)
+            out.append(meta.name)
+            parent = meta.parent
+        return tuple(out)
+
+    def __str__(self) -> str:
+        return self.name[:12]
+
+
+def verify_tree(top: str, owner: int | None = None) -> tuple[int, int]:
+    """Check a layer's tree: (bytes of data, entries), or SnapshotError naming what is wrong.
+
+    Only the place directories at the top; inside them directories, regular files (one link
+    each), symlinks, fifos and whiteouts (0:0 character devices); no setuid or setgid bit;
+    every entry owned by ``owner`` when given.  Symlinks are never followed."""
+    size = files = 0
+    top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name in os.listdir(top_fd):
+            if name not in PLACES:
+                raise SnapshotError(f"snapshot {top}: unexpected entry {name!r} at the top (only {', '.join(PLACES)})")
+            st = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode):
+                raise SnapshotError(f"snapshot {top}: {name} is not a directory")
+        for dirpath, dirnames, filenames, dfd in os.fwalk(top, follow_symlinks=False):
+            for name in dirnames + filenames:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                rel = os.path.relpath(os.path.join(dirpath, name), top)
+                mode = st.st_mode
+                if owner is not None and st.st_uid != owner:
+                    raise SnapshotError(f"snapshot {top}: {rel} is owned by uid {st.st_uid}, not {owner}")
+                if mode & (stat.S_ISUID | stat.S_ISGID):
+                    raise SnapshotError(f"snapshot {top}: {rel} has a setuid or setgid bit")
+                if stat.S_ISREG(mode):
+                    if st.st_nlink != 1:
+                        raise SnapshotError(f"snapshot {top}: {rel} is a hard link ({st.st_nlink} names)")
+                    size += st.st_size
+                elif stat.S_ISCHR(mode):
+                    if st.st_rdev != 0:
+                        raise SnapshotError(f"snapshot {top}: {rel} is a device file")
+                elif not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode) or stat.S_ISFIFO(mode)):
+                    raise SnapshotError(f"snapshot {top}: {rel} is a {_kind(mode)}")
+                files += 1
+    finally:
+        os.close(top_fd)
+    return size, files
+
+
+def _kind(mode: int) -> str:
+    return ("block device" if stat.S_ISBLK(mode) else "socket" if stat.S_ISSOCK(mode) else
+            "device file" if stat.S_ISCHR(mode) else "special file")  # fmt: skip
+
+
+def _xattrs(fd: int) -> list[tuple[str, bytes]]:
+    try:
+        names = os.listxattr(fd)
+    except OSError as e:
+        if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return []
+        raise
+    return sorted((n, os.getxattr(fd, n)) for n in names if n.startswith("user."))
+
+
+def digest_tree(top: str, parent: str | None) -> str:
+    """The content name of a layer (a verified tree): sha256 over its parent's name and every
+    entry (path, kind, permission bits, mtime, user xattrs, link target or data), in path order."""
+    h = hashlib.sha256(f"sandboxlite-snapshot {FORMAT}\nparent {parent or '-'}\n".encode())
+    entries = []
+    for dirpath, dirnames, filenames, dfd in os.fwalk(top, follow_symlinks=False):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            entries.append((os.path.relpath(os.path.join(dirpath, name), top), dfd, name))
+        # the entries of this directory are hashed while its descriptor is open
+        for rel, fd_dir, name in entries:
+            st = os.stat(name, dir_fd=fd_dir, follow_symlinks=False)
+            line = f"{rel}\0{stat.S_IFMT(st.st_mode):o}\0{stat.S_IMODE(st.st_mode):o}\0{st.st_mtime_ns}\0"
+            h.update(line.encode("utf-8", "surrogateescape"))
+            if stat.S_ISLNK(st.st_mode):
+                h.update(os.readlink(name, dir_fd=fd_dir).encode("utf-8", "surrogateescape"))
+            elif stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if stat.S_ISDIR(st.st_mode) else 0)
+                fd = os.open(name, flags, dir_fd=fd_dir)
+                try:
+                    for k, v in _xattrs(fd):
+                        h.update(b"x" + k.encode() + b"=" + v + b"\0")
+                    if stat.S_ISREG(st.st_mode):
+                        h.update(b"%d\0" % st.st_size)
+                        with os.fdopen(os.dup(fd), "rb") as f:
+                            h.update(hashlib.file_digest(f, "sha256").digest())
+                finally:
+                    os.close(fd)
+            h.update(b"\n")
+        entries.clear()
+    return h.hexdigest()
+
+
+def chown_tree(top: str, uid: int, gid: int) -> None:
+    """Give every entry of ``top`` (symlinks themselves, never what they point at) to uid:gid."""
+    os.chown(top, uid, gid, follow_symlinks=False)
+    for _dirpath, dirnames, filenames, dfd in os.fwalk(top, follow_symlinks=False):
+        for name in dirnames + filenames:
+            os.chown(name, uid, gid, dir_fd=dfd, follow_symlinks=False)
+
+
+def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None) -> Snapshot:
+    """A snapshot of the live ``jail`` (launch.Jail) whose generation was built over ``base``
+    (see ``Sandbox.snapshot``)."""
+    depth = (base.depth if base is not None else 0) + 1
+    if depth > store.max_depth:
+        raise SnapshotError(f"a snapshot of this sandbox would be layer {depth}, over the limit of {store.max_depth} "
+                            "stacked layers", hint="take the state again in a sandbox started from the image")  # fmt: skip
+    uid = jail.plan.run_as
+    staged = store.staging(uid if uid is not None and store.owner is not None and uid != store.owner else None)
+    try:
+        fd = os.open(staged, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            jail.take_snapshot(fd, max_bytes if max_bytes is not None else store.max_bytes)
+        finally:
+            os.close(fd)
+    except BaseException:
+        remove_tree(staged)
+        raise
+    image = jail.plan.rootfs.path if jail.plan.rootfs.kind == "dir" else "host"
+    return store.commit(staged, parent=base, rootfs=image)
+
+
+class Store:
+    """Where snapshots live (see the module's docstring): take, look up, list, remove.
+
+    ``owner``: (uid, gid) the layers belong to (a root caller's run_as user, whose files the
+    idmapped view shows as each sandbox's own); None: the caller's.  Thread-safe."""
+
+    def __init__(self, root: str | os.PathLike, *, owner: tuple[int, int] | None = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = DEFAULT_MAX_DEPTH) -> None:  # fmt: skip
+        self.root = Path(root)
+        self.owner = owner
+        self.max_bytes = max_bytes
+        self.max_depth = max_depth
+        self._lock = threading.Lock()
+        for sub in ("layers", "meta", "locks", "staging"):
+            d = self.root / sub
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if owner is not None and sub in ("layers", "staging"):
+                os.chown(d, owner[0], owner[1])
+        if owner is not None:
+            os.chown(self.root, owner[0], owner[1])
+        os.chmod(self.root, 0o700)
+
+    @property
+    def layers_dir(self) -> str:
+        """The directory bound into jails (read-only) at ``/.sl/snaps``."""
+        return str(self.root / "layers")
+
+    # -- taking ----------------------------------------------------------------------------------
+    def staging(self, writer: tuple[int, int] | None) -> str:
+        """A new empty directory the executor copies into (owned by ``writer``, the sandbox's
+        host uid, when that is not ours)."""
+        path = tempfile.mkdtemp(prefix="take-", dir=self.root / "staging")
+        if writer is not None:
+            os.chown(path, writer[0], writer[1])
+        return path
+
+    def commit(self, staged: str, *, parent: Snapshot | None, rootfs: str) -> Snapshot:
+        """Check the copy in ``staged``, name it by its content and keep it (a copy with the name
+        of one kept already is dropped: the same state)."""
+        try:
+            if self.owner is not None:
+                chown_tree(staged, *self.owner)
+            size, files = verify_tree(staged, owner=self.owner[0] if self.owner is not None else os.geteuid())
+            name = digest_tree(staged, parent.name if parent is not None else None)
+            dest = self.root / "layers" / name
+            depth = parent.depth + 1 if parent is not None else 1
+            cow = os.path.isdir(os.path.join(staged, "root")) or (parent is not None and parent.cow)
+            snap = Snapshot(name, parent.name if parent is not None else None, depth, size, files, time.time(),
+                            rootfs, cow, self)  # fmt: skip
+            with self._lock:
+                if dest.exists():
+                    return self.meta(name)
+                os.chmod(staged, 0o755)
+                os.rename(staged, dest)
+                staged = ""
+                self._write_meta(snap)
+            return snap
+        finally:
+            if staged:
+                remove_tree(staged)
+
+    def _write_meta(self, snap: Snapshot) -> None:
+        doc = {"format": FORMAT, "name": snap.name, "parent": snap.parent, "depth": snap.depth, "size": snap.size,
+               "files": snap.files, "created": snap.created, "rootfs": snap.rootfs, "cow": snap.cow}  # fmt: skip
+        tmp = self.root / "meta" / f".{snap.name}.json.tmp"
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(tmp, self.root / "meta" / f"{snap.name}.json")
+
+    # -- looking up ------------------------------------------------------------------------------
+    def meta(self, name: str) -> Snapshot:
+        """The snapshot called ``name`` (a unique prefix of at least 4 digits will do)."""
+        path = self.root / "meta" / f"{name}.json"
+        if not path.is_file():
+            matches = [p for p in (self.root / "meta").glob(f"{name}*.json")] if len(name) >= 4 else []
+            if len(matches) != 1:
+                raise SnapshotError(f"no snapshot {name!r} in {self.root}" if not matches else
+                                    f"{name!r} names {len(matches)} snapshots: give more digits",
+                                    hint="sandboxlite snapshot list")  # fmt: skip
+            path = matches[0]
+        doc = json.loads(path.read_text())
+        return Snapshot(doc["name"], doc["parent"], doc["depth"], doc["size"], doc["files"], doc["created"],
+                        doc.get("rootfs", ""), bool(doc.get("cow")), self)  # fmt: skip
+
+    def list(self) -> list[Snapshot]:
+        """Every snapshot kept here, oldest first."""
+        out = [self.meta(p.stem) for p in (self.root / "meta").glob("*.json")]
+        return sorted(out, key=lambda s: s.created)
+
+    # -- in use ----------------------------------------------------------------------------------
+    def hold(self, snap: Snapshot) -> list[int]:
+        """Mark the snapshot's layers in use (a shared lock each, until ``release``): ``remove``
+        refuses them meanwhile, from any process."""
+        fds: list[int] = []
+        try:
+            for name in snap.layers:
+                if not (self.root / "layers" / name).is_dir():
+                    raise SnapshotError(f"snapshot {name[:12]} is not in {self.root} (removed?)",
+                                        hint="take it again, or import it (sandboxlite snapshot import)")  # fmt: skip
+                fd = os.open(self.root / "locks" / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fds.append(fd)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            release(fds)
+            raise
+        return fds
+
+    def remove(self, name: str) -> None:
+        """Remove a snapshot: SnapshotError when a live sandbox uses it, or another snapshot
+        was taken on top of it."""
+        snap = self.meta(name)
+        children = [s.name[:12] for s in self.list() if s.parent == snap.name]
+        if children:
+            raise SnapshotError(f"snapshot {snap} has snapshots taken on top of it ({', '.join(children)})",
+                                hint="remove those first")  # fmt: skip
+        fd = os.open(self.root / "locks" / f"{snap.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise SnapshotError(f"snapshot {snap} is in use by a live sandbox",
+                                    hint="close the sandboxes started from it first") from None  # fmt: skip
+            with self._lock:
+                (self.root / "meta" / f"{snap.name}.json").unlink()
+                remove_tree(str(self.root / "layers" / snap.name))
+                os.unlink(self.root / "locks" / f"{snap.name}.lock")
+        finally:
+            os.close(fd)
+
+
+def release(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+    fds.clear()
+
+
+def remove_tree(path: str) -> None:
+    """Remove a tree (the store's own: never through a symlink); directories made unwritable
+    inside it are opened up first."""
+    for _dirpath, dirnames, _f, dfd in os.fwalk(path, follow_symlinks=False):
+        for d in dirnames:
+            try:
+                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError:  # a symlink (to a directory), or gone
+                continue
+            try:
+                os.fchmod(fd, 0o700)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+    shutil.rmtree(path)

@@ -1,0 +1,255 @@
+"""Snapshots and fork (snapshot.py, executor.c "snapshots"): real sandboxes, real bwrap.
+
+A snapshot is the sandbox's writes (the copy-on-write layer over the image, /testbed, /tmp) kept
+as a read-only layer that other sandboxes start from without a copy."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+
+from sandboxlite import Sandbox, SandboxPool
+from sandboxlite.errors import ConfigError, SnapshotError
+from sandboxlite.host import default_host
+from sandboxlite.snapshot import Store, digest_tree, verify_tree
+
+
+def _layer(snap) -> str:
+    return str(snap.store.root / "layers" / snap.name)
+
+
+@pytest.fixture
+def sb():
+    with Sandbox() as s:
+        assert s.plan.copy_on_write, "these tests need the default image with a copy-on-write root"
+        yield s
+
+
+def test_a_snapshot_holds_image_changes_deletions_and_the_places(sb):
+    r = sb.exec("echo hello > /testbed/a.txt; mkdir -p /tmp/d; echo t > /tmp/d/t; echo img > /etc/added; "
+                "rm /etc/hostname; rm -rf /usr/share/doc && mkdir /usr/share/doc && echo n > /usr/share/doc/new")
+    assert r.exit_code == 0, r.stderr_text
+    snap = sb.snapshot()
+    assert snap.parent is None and snap.depth == 1 and snap.cow and snap.files >= 6
+    assert sorted(os.listdir(_layer(snap))) == ["root", "testbed", "tmp"]
+    with Sandbox(snapshot=snap) as c:
+        r = c.exec("cat /testbed/a.txt /tmp/d/t /etc/added; test -e /etc/hostname || echo gone; ls /usr/share/doc")
+        assert r.stdout_text == "hello\nt\nimg\ngone\nnew\n", r.stderr_text
+        # the image itself is untouched for a sandbox without the snapshot
+    with Sandbox() as fresh:
+        assert fresh.exec("test -e /etc/hostname && test ! -e /etc/added && echo pristine").stdout_text == "pristine\n"
+
+
+def test_children_are_isolated_and_reset_goes_back_to_the_snapshot(sb):
+    sb.exec("echo base > /testbed/f; echo base > /etc/f")
+    snap = sb.snapshot()
+    digest = digest_tree(_layer(snap), None)
+    assert digest == snap.name  # content-addressed: the name is the digest of what is kept
+    a, b = sb.fork(2)
+    try:
+        assert a.base == b.base != None
+        a.exec("echo a > /testbed/f; echo a > /etc/f; rm -f /testbed/../etc/f.none; echo new > /testbed/only-a")
+        assert b.exec("cat /testbed/f /etc/f; ls /testbed").stdout_text == "base\nbase\nf\n"
+        assert sb.exec("cat /testbed/f; ls /testbed").stdout_text == "base\nf\n"
+        pid = a.executor_pid
+        a.reset()
+        assert a.executor_pid == pid  # the same jail, a new generation over the snapshot
+        assert a.exec("cat /testbed/f /etc/f; ls /testbed").stdout_text == "base\nbase\nf\n"
+    finally:
+        a.close()
+        b.close()
+    # a sandbox cannot change the snapshot it started from: the kept layer is as it was
+    assert digest_tree(_layer(snap), None) == snap.name
+
+
+def test_snapshots_stack_and_a_later_layer_deletes(sb):
+    sb.exec("echo one > /testbed/one; echo keep > /testbed/keep; echo e > /etc/one")
+    s1 = sb.snapshot()
+    with Sandbox(snapshot=s1) as c:
+        c.exec("rm /testbed/one /etc/one; echo two > /testbed/two")
+        s2 = c.snapshot()
+    assert s2.parent == s1.name and s2.depth == 2 and s2.layers == (s2.name, s1.name)
+    with Sandbox(snapshot=s2) as d:
+        assert d.exec("ls /testbed; test -e /etc/one || echo gone").stdout_text == "keep\ntwo\ngone\n"
+
+
+def test_the_same_state_is_the_same_snapshot(sb):
+    sb.exec("echo x > /testbed/x")
+    assert sb.snapshot().name == sb.snapshot().name
+
+
+def test_an_empty_state_is_a_snapshot_too(sb):
+    snap = sb.snapshot()
+    assert snap.files == 0 and os.listdir(_layer(snap)) == []
+    with Sandbox(snapshot=snap) as c:
+        assert c.exec("ls -A /testbed").stdout_text == ""
+
+
+def test_running_commands_are_paused_for_the_copy_and_continue(sb):
+    sb.exec("(i=0; while :; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/count; done) >/dev/null 2>&1 & "
+            "sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/stopped; kill -STOP $!")
+    time.sleep(0.2)
+    snap = sb.snapshot()
+    with open(os.path.join(_layer(snap), "tmp", "count")) as f:
+        kept = f.read()
+    assert kept.strip().isdigit()  # the writer was stopped: the copy saw one state of it
+    time.sleep(0.2)
+    after = int(sb.exec("cat /tmp/count").stdout_text)
+    assert after > int(kept)  # it runs on
+    state = sb.exec("cat /proc/$(cat /tmp/stopped)/stat").stdout_text.rsplit(")", 1)[1].split()[0]
+    assert state == "T"  # one the sandbox stopped itself stays stopped
+
+
+def test_the_size_cap_refuses_and_leaves_nothing(sb):
+    sb.exec("head -c 3000000 /dev/urandom > /testbed/big")
+    store = sb.host.snapshot_store()
+    before = set(os.listdir(store.root / "staging")), set(os.listdir(store.root / "layers"))
+    with pytest.raises(SnapshotError, match="larger than a snapshot may be"):
+        sb.snapshot(max_bytes=1 << 20)
+    assert (set(os.listdir(store.root / "staging")), set(os.listdir(store.root / "layers"))) == before
+    assert sb.exec("wc -c < /testbed/big").stdout_text.strip() == "3000000"  # the sandbox runs on
+
+
+def test_what_a_snapshot_keeps_is_safe_on_the_host(sb):
+    r = sb.exec("cp /bin/true /testbed/suid && chmod 4755 /testbed/suid; chmod 2755 /testbed; "
+                "ln -s /etc/shadow /testbed/link; ln /testbed/suid /testbed/hard; mkfifo /testbed/fifo; "
+                "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.bind('/testbed/sock')\"; "
+                "setfattr -n user.overlay.opaque -v y /testbed 2>/dev/null; true")
+    assert r.exit_code == 0, r.stderr_text
+    snap = sb.snapshot()
+    top = os.path.join(_layer(snap), "testbed")
+    st = os.lstat(os.path.join(top, "suid"))
+    assert stat.S_IMODE(st.st_mode) == 0o755 and not st.st_mode & (stat.S_ISUID | stat.S_ISGID)
+    assert not os.lstat(top).st_mode & stat.S_ISGID
+    assert os.readlink(os.path.join(top, "link")) == "/etc/shadow"  # kept as a link, never followed
+    assert os.lstat(os.path.join(top, "hard")).st_nlink == 1  # a file of its own
+    assert stat.S_ISFIFO(os.lstat(os.path.join(top, "fifo")).st_mode)
+    assert not os.path.lexists(os.path.join(top, "sock"))
+    owner = sb.host.run_as[0] if sb.host.run_as else os.geteuid()
+    verify_tree(_layer(snap), owner=owner)  # what import checks too
+    with Sandbox(snapshot=snap) as c:
+        assert c.exec("cat /testbed/link 2>&1; ls -l /testbed/suid").stdout_text.count("rwsr") == 0
+
+
+def test_commands_never_see_the_store(sb):
+    sb.exec("echo secret > /testbed/s")
+    snap = sb.snapshot()
+    with Sandbox(snapshot=snap) as c:
+        r = c.exec(f"ls -A /.sl 2>/dev/null; test -e /.sl/snaps/{snap.name} || echo absent; "
+                   f"find / -xdev -name '{snap.name}' 2>/dev/null; cat /testbed/s")
+        assert r.stdout_text == "absent\nsecret\n", r.stdout_text
+    with Sandbox(rootfs="host", snapshot=None) as h:
+        h.exec("echo x > /testbed/x")
+        hs = h.snapshot()
+    with Sandbox(rootfs="host", snapshot=hs) as hc:  # no overlay root: the store is covered there
+        r = hc.exec(f"ls -A /.sl/snaps 2>/dev/null; test -e /.sl/snaps/{hs.name} || echo absent; cat /testbed/x")
+        assert r.stdout_text == "absent\nx\n", r.stdout_text
+
+
+def test_a_snapshot_in_use_is_not_removed(sb):
+    sb.exec("echo x > /testbed/x")
+    snap = sb.snapshot()
+    store = sb.host.snapshot_store()
+    with Sandbox(snapshot=snap) as c:
+        with pytest.raises(SnapshotError, match="in use"):
+            store.remove(snap.name)
+        c.exec("echo y > /testbed/y")
+        top = c.snapshot()
+    with pytest.raises(SnapshotError, match="taken on top of it"):
+        store.remove(snap.name)
+    store.remove(top.name)
+    store.remove(snap.name)
+    assert not os.path.exists(_layer(snap))
+    with pytest.raises(SnapshotError, match="is not in"):
+        Sandbox(snapshot=snap)
+
+
+def test_reset_to_another_snapshot_and_back_to_the_image(sb):
+    sb.exec("echo one > /testbed/v")
+    one = sb.snapshot()
+    sb.exec("echo two > /testbed/v")
+    two = sb.snapshot()
+    with Sandbox() as c:  # started from the image: the first switch starts a jail with the store
+        c.reset(to=one)
+        assert c.exec("cat /testbed/v").stdout_text == "one\n"
+        pid = c.executor_pid
+        c.reset(to=two)  # from then on in the same jail
+        assert c.exec("cat /testbed/v").stdout_text == "two\n" and c.executor_pid == pid
+        c.reset()
+        assert c.exec("cat /testbed/v").stdout_text == "two\n"
+        c.reset(to="image")
+        assert c.exec("ls /testbed").stdout_text == "" and c.base is None
+        with pytest.raises(ConfigError):
+            c.reset(to="nope")
+
+
+def test_a_pool_resets_to_its_snapshot(sb):
+    sb.exec("echo prepared > /testbed/p")
+    snap = sb.snapshot()
+    pool = SandboxPool(size=2, snapshot=snap)
+    try:
+        for _ in range(3):
+            with pool.sandbox() as s:
+                assert s.exec("cat /testbed/p; ls /testbed").stdout_text == "prepared\np\n"
+                s.exec("echo dirty > /testbed/d")
+    finally:
+        pool.close()
+
+
+def test_a_snapshot_starts_only_over_its_own_image(sb):
+    snap = sb.snapshot()
+    with pytest.raises(SnapshotError, match="taken over the image"):
+        Sandbox(rootfs="host", snapshot=snap)
+
+
+def test_landlock_has_no_snapshots():
+    with Sandbox(isolation="landlock") as ll, pytest.raises(SnapshotError, match="landlock"):
+        ll.snapshot()
+
+
+def test_fork_refuses_a_bad_count(sb):
+    for n in (0, -1, True, 1.5):
+        with pytest.raises(ConfigError):
+            sb.fork(n)
+
+
+def test_verify_refuses_what_a_snapshot_cannot_hold(tmp_path):
+    def tree(name):
+        top = tmp_path / name
+        (top / "testbed").mkdir(parents=True)
+        return top
+
+    t = tree("suid")
+    (t / "testbed" / "x").write_text("x")
+    os.chmod(t / "testbed" / "x", 0o4755)
+    with pytest.raises(SnapshotError, match="setuid"):
+        verify_tree(str(t))
+    t = tree("dev")
+    os.mknod(t / "testbed" / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    with pytest.raises(SnapshotError, match="device"):
+        verify_tree(str(t))
+    t = tree("hard")
+    (t / "testbed" / "a").write_text("a")
+    os.link(t / "testbed" / "a", t / "testbed" / "b")
+    with pytest.raises(SnapshotError, match="hard link"):
+        verify_tree(str(t))
+    t = tree("top")
+    (t / "etc").mkdir()
+    with pytest.raises(SnapshotError, match="unexpected entry"):
+        verify_tree(str(t))
+    t = tree("ok")
+    os.mknod(t / "testbed" / "wh", stat.S_IFCHR, 0)  # a whiteout
+    os.symlink("/etc/shadow", t / "testbed" / "l")
+    assert verify_tree(str(t)) == (0, 3)  # testbed/, the whiteout, the link
+
+
+def test_a_store_on_a_path_of_its_own(tmp_path):
+    store = Store(tmp_path / "s")
+    assert sorted(os.listdir(tmp_path / "s")) == ["layers", "locks", "meta", "staging"]
+    assert store.list() == []
+    with pytest.raises(SnapshotError, match="no snapshot"):
+        store.meta("abcd")
+    assert default_host().snapshot_store().layers_dir.endswith("/layers")
