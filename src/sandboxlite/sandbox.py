@@ -17,6 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -188,21 +189,20 @@ class Sandbox:
         with self.lock:
             return snapshot_mod.take(self.jail, self.host.snapshot_store(), self._base, max_bytes)
 
-    def fork(self, n: int) -> list[Sandbox]:
-        """``n`` new sandboxes, each starting from this one's filesystem state (a ``snapshot()``
-        they share: nothing is copied per child), each isolated from the others and from this one.
-        The caller closes them."""
+    def fork(self, n: int) -> list["Sandbox"]:
+        """``n`` new sandboxes, each starting from this one's filesystem state (one ``snapshot()``
+        they share: nothing is copied per child), isolated from each other and from this one; they
+        start side by side.  The caller closes them."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError("n", f"must be a positive number of sandboxes, got {n!r}")
         snap = self.snapshot()
-        children: list[Sandbox] = []
-        try:
-            for _ in range(n):
-                children.append(Sandbox(self.config, host=self.host, snapshot=snap))
-        except BaseException:
+        with ThreadPoolExecutor(max_workers=min(n, 2 * (os.cpu_count() or 1))) as ex:
+            futures = [ex.submit(Sandbox, self.config, host=self.host, snapshot=snap) for _ in range(n)]
+        children = [f.result() for f in futures if f.exception() is None]
+        if len(children) < n:
             for c in children:
                 c.close()
-            raise
+            raise next(f.exception() for f in futures if f.exception() is not None)
         return children
 
     def __enter__(self) -> Sandbox:

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Snapshots and fork (issue 21): what they cost against the data written, and what they save.
+
+    .venv/bin/python bench/snapshot.py [--rounds N] [--sizes empty,1m,50m,500m] [--json PATH]
+
+Rows, all in one run, interleaved where two things are compared:
+  * snapshot: ``sb.snapshot()`` of a state of each size (the copy, the check, the content hash);
+  * fork(8): ``sb.fork(8)`` (one snapshot + 8 starts from it), and the 8 starts alone;
+  * start: ``Sandbox(snapshot=s)`` + ``exec("true")`` against a cold ``Sandbox()`` + ``exec("true")``;
+  * group of 8: a GRPO group whose preparation is "pip install a local wheel + write 50 MB" (and a
+    1-second preparation: ``sleep 1`` + 50 MB): prepared once, snapshotted, 8 episodes from it,
+    against 8 episodes that each repeat the preparation.
+Medians and p90 in ms; ratios against the baseline of the same run.  Writes JSON next to the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR.parent / "src"))
+
+from sandboxlite import Sandbox  # noqa: E402
+
+SIZES = {  # name: shell command writing the state into /testbed
+    "empty": "true",
+    "1m": "mkdir -p /testbed/d && for i in $(seq 100); do head -c 10485 /dev/urandom > /testbed/d/f$i; done",
+    "50m": "head -c 52428800 /dev/urandom > /testbed/data",
+    "500m": "head -c 524288000 /dev/urandom > /testbed/data",
+}
+
+
+def q(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
+
+
+def row(name: str, xs: list[float], base: list[float] | None = None) -> dict:
+    med = statistics.median(xs)
+    out = {"name": name, "n": len(xs), "median_ms": med * 1e3, "p90_ms": q(xs, 0.9) * 1e3}
+    if base:
+        out["ratio"] = med / statistics.median(base)
+    return out
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def make_wheel(tmp: str) -> str:
+    """A small pure-Python wheel, built here (no network)."""
+    src = Path(tmp) / "benchpkg"
+    (src / "benchpkg").mkdir(parents=True)
+    (src / "benchpkg" / "__init__.py").write_text("VALUE = 42\n" + "# padding\n" * 2000)
+    (src / "pyproject.toml").write_text('[project]\nname = "benchpkg"\nversion = "1.0"\n'
+                                        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n')
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp, str(src)],
+                   check=True, capture_output=True)  # fmt: skip
+    return next(str(p) for p in Path(tmp).glob("benchpkg-*.whl"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--sizes", default="empty,1m,50m,500m")
+    ap.add_argument("--json", default=str(BENCH_DIR / "results" / f"snapshot-{time.strftime('%Y%m%d-%H%M%S')}.json"))
+    a = ap.parse_args()
+    rows: list[dict] = []
+    store = None
+    for size in a.sizes.split(","):
+        with Sandbox() as sb:
+            store = sb.host.snapshot_store()
+            r = sb.exec(SIZES[size], timeout=300)
+            assert r.exit_code == 0, r.stderr_text
+            snaps, forks, starts = [], [], []
+            for _ in range(a.rounds):
+                snap = None
+
+                def take():
+                    nonlocal snap
+                    snap = sb.snapshot()
+
+                snaps.append(timed(take))
+                kids: list[Sandbox] = []
+                forks.append(timed(lambda: kids.extend(sb.fork(8))))
+                for k in kids:
+                    k.close()
+                kids.clear()
+                starts.append(timed(lambda: kids.extend(Sandbox(snapshot=snap) for _ in range(8))))
+                assert kids[0].exec("ls /testbed | head -1").exit_code == 0
+                for k in kids:
+                    k.close()
+            rows += [row(f"snapshot {size}", snaps), row(f"fork(8) {size} (snapshot + 8 starts)", forks),
+                     row(f"8 starts from a snapshot {size}", starts)]  # fmt: skip
+            print(*(f"{x['name']:<44} median {x['median_ms']:9.2f} ms  p90 {x['p90_ms']:9.2f} ms" for x in rows[-3:]),
+                  sep="\n", flush=True)  # fmt: skip
+            store.remove(snap.name)
+    # start from a snapshot against a cold start, interleaved
+    with Sandbox() as sb:
+        sb.exec(SIZES["1m"])
+        snap = sb.snapshot()
+    cold, warm = [], []
+    for _ in range(a.rounds * 3):
+        for kind, out in (("cold", cold), ("snap", warm)):
+            def one():
+                with Sandbox(snapshot=snap if kind == "snap" else None) as s:
+                    s.exec("true")
+
+            out.append(timed(one))
+    rows += [row("cold start + exec", cold), row("start from a 1 MB snapshot + exec", warm, cold)]
+    rows[-1]["diff_ms"] = (statistics.median(warm) - statistics.median(cold)) * 1e3
+    # a GRPO group of 8 from a prepared state, against 8 episodes that repeat the preparation
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = make_wheel(tmp)
+        data = open(wheel, "rb").read()
+        name = os.path.basename(wheel)
+        preps = {
+            "wheel + 50 MB": f"pip install -q --no-index --no-deps /testbed/{name} && {SIZES['50m']}",
+            "sleep 1 + 50 MB": f"sleep 1 && {SIZES['50m']}",
+        }
+        episode = "python3 -c 'import os; print(os.path.getsize(\"/testbed/data\"))'"
+        for label, prep in preps.items():
+            replay, group = [], []
+            for _ in range(max(1, a.rounds // 3)):
+                def repeat():
+                    for _ in range(8):
+                        with Sandbox() as s:
+                            s.write_file(name, data)
+                            assert s.exec(prep, timeout=120).exit_code == 0
+                            assert s.exec(episode).stdout_text.strip() == "52428800"
+
+                def from_snapshot():
+                    with Sandbox() as s:
+                        s.write_file(name, data)
+                        assert s.exec(prep, timeout=120).exit_code == 0
+                        kids = s.fork(8)
+                    try:
+                        for k in kids:
+                            assert k.exec(episode).stdout_text.strip() == "52428800"
+                    finally:
+                        for k in kids:
+                            k.close()
+
+                replay.append(timed(repeat))
+                group.append(timed(from_snapshot))
+            rows += [row(f"group of 8, {label}: each repeats it", replay),
+                     row(f"group of 8, {label}: prepared once, forked", group, replay)]  # fmt: skip
+            rows[-1]["speedup"] = 1 / rows[-1]["ratio"]
+    print(f"\n{'row':<52} {'n':>3} {'median ms':>10} {'p90 ms':>10} {'ratio':>7}")
+    for x in rows:
+        ratio = f"{x['ratio']:.3f}" if "ratio" in x else ""
+        print(f"{x['name']:<52} {x['n']:>3} {x['median_ms']:>10.2f} {x['p90_ms']:>10.2f} {ratio:>7}")
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps({"schema": "sandboxlite.bench.snapshot/1", "rows": rows,
+                                        "store": str(store.root) if store else None}, indent=1))  # fmt: skip
+    print(f"\nJSON: {a.json}")
+
+
+if __name__ == "__main__":
+    main()
