@@ -20,12 +20,14 @@ from .errors import (
     SandboxError,
     SandboxFileError,
     SetupError,
+    SnapshotError,
 )
 from .host import Host
 from .result import ExecResult
 from .pool import SandboxPool
 from .sandbox import Sandbox
 from .shell import Shell
+from .snapshot import Snapshot
 
 __version__ = "0.1.0"
 
@@ -49,6 +51,7 @@ __all__ = [
     "Mount",
     "ExecResult",
     "Shell",
+    "Snapshot",
     "SandboxError",
     "ConfigError",
     "SetupError",
@@ -58,6 +61,7 @@ __all__ = [
     "CommandTimeout",
     "CommandFailed",
     "SandboxFileError",
+    "SnapshotError",
     "__version__",
     "run_task",
     "RunResult",
