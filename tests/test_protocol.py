@@ -62,14 +62,14 @@ def _c_value(expr: str):
 
 def c_defines() -> dict[str, object]:
     out = {}
-    for name, value in re.findall(r"^#define (\w+) (.+)$", _block(), re.MULTILINE):
+    for name, value in re.findall(r"^#define (\w+) (.+)$", _block(), re.M):
         assert name not in out, f"{name} defined twice"
         out[name] = _c_value(value)
     return out
 
 
 def c_enum(name: str) -> dict[str, str]:
-    m = re.search(r"enum %s \{(.*?)\};" % name, _block(), re.DOTALL)
+    m = re.search(r"enum %s \{(.*?)\};" % name, _block(), re.S)
     assert m, f"enum {name} is missing from the protocol block"
     return {k: v for k, v in re.findall(r"(\w+) = '(.)'", m.group(1))}
 
@@ -169,10 +169,17 @@ def test_builders_give_the_bytes_the_call_sites_sent():
     assert mkdir_payload("/a/b", 0o40755) == strings(str(0o40755 & 0o777), "/a/b")
     assert symlink_payload("../t", "/a/l") == strings("../t", "/a/l")
     assert kill_payload() == kill_payload(KillHow.ALL) == kill_payload("all") == b"all"
-    assert kill_payload(KillHow.desc(41)) == kill_payload("desc 41") == b"desc 41"
+    assert kill_payload(KillHow.desc(41)) == kill_payload("desc 41") == "desc 41".encode()
+    assert protocol.reset_payload() == b"" and protocol.reset_payload(["ab12", "cd"]) == b"ab12\0cd\0"
+    assert protocol.snapshot_payload(1 << 20) == b"1048576"
 
 
 def test_builders_refuse_what_the_executor_cannot_parse():
+    for bad in (["AB"], ["../x"], [""], ["a" * 65], ["a"] * 33):
+        with pytest.raises(ValueError):
+            protocol.reset_payload(bad)
+    with pytest.raises(ValueError):
+        protocol.snapshot_payload(-1)
     with pytest.raises(ValueError):
         spawn_payload(0, "/", ["a\0b"], [])
     with pytest.raises(ValueError):

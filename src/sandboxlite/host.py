@@ -105,7 +105,7 @@ class Host:
     _services: dict = field(default_factory=dict, init=False, repr=False)  # the egress proxy
 
     @classmethod
-    def detect(cls, env: Mapping[str, str] | None = None) -> Host:
+    def detect(cls, env: Mapping[str, str] | None = None) -> "Host":
         """Look at this machine (SetupError / ConfigError when sandboxes cannot run as set up).
 
         Also raises the soft RLIMIT_NOFILE to the hard limit (each sandbox holds a few
@@ -207,7 +207,7 @@ class Host:
                 fd = self._fds["executor"] = move_high(os.open(self.executor, os.O_RDONLY | os.O_CLOEXEC))
             return fd
 
-    def egress_proxy(self) -> egress.EgressProxy:
+    def egress_proxy(self) -> "egress.EgressProxy":
         """The egress proxy this Host's sandboxes with an allowlist go through (one per process:
         made on first use; a forked child gets one of its own, the threads stayed in the parent)."""
         with self._lock:
@@ -216,7 +216,7 @@ class Host:
                 proxy = self._services["egress"] = egress.EgressProxy()
             return proxy
 
-    def snapshot_store(self) -> snapshot.Store:
+    def snapshot_store(self) -> "snapshot.Store":
         """This Host's snapshot store (``paths.snapshots()``; made on first use)."""
         with self._lock:
             store = self._services.get("snapshots")
@@ -228,7 +228,7 @@ class Host:
                 self._services["snapshots"] = store
             return store
 
-    def set_egress_proxy(self, proxy: egress.EgressProxy) -> None:
+    def set_egress_proxy(self, proxy: "egress.EgressProxy") -> None:
         """Serve this Host's sandboxes that start from now on through ``proxy`` (tests and benchmarks:
         a proxy with a resolver of their own); the proxy served before keeps its sandboxes."""
         with self._lock:

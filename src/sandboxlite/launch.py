@@ -26,7 +26,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from . import containers, landlock
+from . import containers
+from . import landlock
 from . import rootfs as rootfs_mod
 from ._cmdio import Proc
 from .config import SandboxConfig, base_env, check_env_pair, resolve_path
@@ -34,25 +35,8 @@ from .errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, Setu
 from .host import HIGH_FD, Host, move_high
 from .identity import unreachable
 from .plan import JailPlan, Slot, check_landlock, netns_wanted, plan, plan_landlock
-from .protocol import (
-    MAX_REQUEST_PAYLOAD,
-    SP_STATUS,
-    SP_STDERR,
-    SP_STDIN,
-    SP_STDOUT,
-    Channel,
-    Op,
-    Reply,
-    is_hello,
-    kill_payload,
-    loopback_payload,
-    mkdir_payload,  # fmt: skip
-    open_payload,
-    reset_payload,
-    snapshot_payload,
-    spawn_payload,
-    symlink_payload,
-)
+from .protocol import MAX_REQUEST_PAYLOAD, SP_STATUS, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, loopback_payload, \
+    mkdir_payload, open_payload, reset_payload, snapshot_payload, spawn_payload, symlink_payload  # fmt: skip
 from .snapshot import Snapshot, release
 
 START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
@@ -74,16 +58,15 @@ PHASES = ("begin", "planned", "cgroup", "wired", "spawned", "cloned", "attached"
 
 
 def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIMEOUT_S,
-          on_phase: Callable[[str, Jail], None] | None = None, snapshot: Snapshot | None = None,
-          store: bool = False) -> Jail:  # fmt: skip
+          on_phase: Callable[[str, "Jail"], None] | None = None, snapshot: Snapshot | None = None) -> "Jail":  # fmt: skip
     """Plan and launch a jail for ``config`` on ``host``, its first generation over ``snapshot``
-    (``store``: bind the snapshot store even without one, so that resets may go to any).
+    (its layers; the jail then binds the snapshot store, and its resets may go to any snapshot).
 
     ``on_phase(phase, jail)`` is called at "spawned" (bwrap runs) and "cloned" (bwrap said which
     pid the jail's init has): for tests that break a start half-way."""
     t0 = time.perf_counter()
     if host.isolation_for(config.isolation) == "landlock":
-        if snapshot is not None or store:
+        if snapshot is not None:
             raise SnapshotError("isolation='landlock' has no snapshots (its writable places are host directories, "
                                 "not layers a mount namespace could stack)",
                                 hint="use namespaces (isolation='namespaces') for snapshots and fork()")  # fmt: skip
@@ -99,11 +82,10 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
     try:
         preflight(config, root, host, slot)
         snaps, snaps_idmapped, layers = "", False, ()
-        if snapshot is not None or store:
+        if snapshot is not None:
             snaps_store = host.snapshot_store()
-            if snapshot is not None:
-                layers = snapshot.layers
-                holds = snaps_store.hold(snapshot)
+            layers = snapshot.layers
+            holds = snaps_store.hold(snapshot)
             if lease is not None:  # the layers are the store owner's: shown as this sandbox's uid
                 assert host.idmap is not None and host.run_as is not None
                 try:
@@ -154,7 +136,7 @@ def check_snapshot_fits(snapshot: Snapshot, p: JailPlan) -> None:
                             f"root ({p.cow_reason})", hint="start it as the snapshot's sandbox was started")  # fmt: skip
 
 
-def _start_landlock(config: SandboxConfig, host: Host, *, start_timeout: float, on_phase, t0: float) -> Jail:
+def _start_landlock(config: SandboxConfig, host: Host, *, start_timeout: float, on_phase, t0: float) -> "Jail":
     """A sandbox without namespaces (isolation="landlock"): its own directories, then the executor."""
     check_landlock(config)
     root = rootfs_mod.host_plan()
@@ -237,8 +219,9 @@ def preflight(config: SandboxConfig, root: rootfs_mod.RootfsPlan, host: Host, sl
 
 
 def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, lower_fd: int | None = None,
-           snaps_fd: int | None = None, start_timeout: float = START_TIMEOUT_S, on_phase: Callable[[str, Jail], None] | None = None,
-           t0: float | None = None, lease=None, places: landlock.Places | None = None) -> Jail:  # fmt: skip
+           snaps_fd: int | None = None, start_timeout: float = START_TIMEOUT_S,
+           on_phase: Callable[[str, "Jail"], None] | None = None, t0: float | None = None, lease=None,
+           places: "landlock.Places | None" = None) -> "Jail":  # fmt: skip
     """Spawn the jail ``p`` describes and wait for its executor's hello.  ``lease``: the uid lease
     the jail runs under, ``places``: a Landlock sandbox's directories (both given back when it is
     torn down, also when this fails)."""
@@ -328,7 +311,7 @@ def _new_cgroup(p: JailPlan, host: Host):
         ) from None
 
 
-def diagnose(stderr: str, facts: containers.Facts | None = None) -> SandboxError:
+def diagnose(stderr: str, facts: "containers.Facts | None" = None) -> SandboxError:
     """Turn bwrap's complaint into an error that names its real cause and what to do
     (``facts``: what bears on it, read from this machine when not given)."""
     s = stderr.strip()

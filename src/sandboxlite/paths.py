@@ -36,7 +36,7 @@ def snapshots(env: dict | None = None) -> Path:
     if env.get("SANDBOXLITE_SNAPSHOTS"):
         return Path(env["SANDBOXLITE_SNAPSHOTS"]).expanduser().absolute()
     try:
-        on_tmpfs = os.statvfs("/dev/shm").f_bsize > 0 and _fs_type("/dev/shm") == "tmpfs"
+        on_tmpfs = _fs_type("/dev/shm") == "tmpfs"
     except OSError:
         on_tmpfs = False
     if on_tmpfs:

@@ -216,7 +216,7 @@ def with_host_ca(config: SandboxConfig, host: Host) -> SandboxConfig:
     return config.replace(mounts=(*config.mounts, Mount(host.ca_bundle, SANDBOX_CA_BUNDLE)))
 
 
-def plan_landlock(config: SandboxConfig, host: Host, rootfs: RootfsPlan, places: landlock.Places,
+def plan_landlock(config: SandboxConfig, host: Host, rootfs: RootfsPlan, places: "landlock.Places",
                   run_as: tuple[int, int] | None = None) -> JailPlan:  # fmt: skip
     """Decide a Landlock sandbox (isolation="landlock": no bwrap, no namespaces) for ``config``.
 

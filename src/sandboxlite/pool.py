@@ -166,7 +166,7 @@ class SandboxPool:
         for sb in idle:
             sb.close()
 
-    def __enter__(self) -> SandboxPool:
+    def __enter__(self) -> "SandboxPool":
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -345,10 +345,10 @@ class KillHow:
 
     floor: int | None = None
 
-    ALL: ClassVar[KillHow]  # set below: KillHow()
+    ALL: ClassVar["KillHow"]  # set below: KillHow()
 
     @classmethod
-    def desc(cls, floor: int) -> KillHow:
+    def desc(cls, floor: int) -> "KillHow":
         if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
             raise ValueError(f"a pid floor must be a non-negative int, got {floor!r}")
         return cls(floor)

@@ -205,7 +205,7 @@ class Sandbox:
             raise next(f.exception() for f in futures if f.exception() is not None)
         return children
 
-    def __enter__(self) -> Sandbox:
+    def __enter__(self) -> "Sandbox":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -360,7 +360,7 @@ class Sandbox:
                     pass
                 raise
 
-    def shell(self, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> Shell:
+    def shell(self, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> "Shell":
         """A persistent bash session: cd, variables and functions persist across commands."""
         from .shell import Shell
 

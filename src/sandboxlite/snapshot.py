@@ -48,38 +48,41 @@ from .errors import SnapshotError
 PLACES = ("root", "testbed", "tmp", "home")  # the layer's directories (executor.c, "snapshots")
 FORMAT = 1
 DEFAULT_MAX_DEPTH = 16  # layers a sandbox may stack (the executor takes up to protocol.MAX_LAYERS)
-DEFAULT_MAX_BYTES = 4 << 30  # one snapshot's size cap (SANDBOXLITE_SNAPSHOT_MAX_MB)
+DEFAULT_MAX_BYTES = 4 << 30  # one snapshot's size cap (Store(max_bytes=), or snapshot(max_bytes=))
 
 
 @dataclass(frozen=True)
 class Snapshot:
     """An immutable, content-addressed filesystem state (see the module's docstring).
 
-    ``name``: the sha256 of its content and parent; ``parent``: the snapshot it was taken on top
-    of (None: over the image); ``depth``: layers from the image (1 for no parent); ``size``:
-    bytes of file data in this layer; ``files``: its entries; ``created``: a Unix time.
+    ``name``: the sha256 of its content and parent; ``ancestors``: the snapshots it was taken on
+    top of, its parent first (none: over the image); ``size``: bytes of file data in this layer;
+    ``files``: its entries; ``created``: a Unix time.
     """
 
     name: str
-    parent: str | None
-    depth: int
+    ancestors: tuple[str, ...]
     size: int
     files: int
     created: float
     rootfs: str = ""  # the image it was taken over (a snapshot starts only over the same one)
     cow: bool = False  # it holds changes to the image (a copy-on-write layer): needs a copy-on-write root
-    store: Store = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    store: "Store" = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def parent(self) -> str | None:
+        """The snapshot this one was taken on top of (None: over the image)."""
+        return self.ancestors[0] if self.ancestors else None
+
+    @property
+    def depth(self) -> int:
+        """Layers from the image: 1 for a snapshot taken over the image."""
+        return len(self.ancestors) + 1
 
     @property
     def layers(self) -> tuple[str, ...]:
-        """Its layers, top first: this snapshot's name, its parent's, and so on."""
-        out = [self.name]
-        parent = self.parent
-        while parent is not None:
-            meta = self.store.meta(parent)
-            out.append(meta.name)
-            parent = meta.parent
-        return tuple(out)
+        """Its layers, top first: this snapshot's name, then its ancestors'."""
+        return (self.name, *self.ancestors)
 
     def __str__(self) -> str:
         return self.name[:12]
@@ -91,37 +94,87 @@ def verify_tree(top: str, owner: int | None = None) -> tuple[int, int]:
     Only the place directories at the top; inside them directories, regular files (one link
     each), symlinks, fifos and whiteouts (0:0 character devices); no setuid or setgid bit;
     every entry owned by ``owner`` when given.  Symlinks are never followed."""
+    _, size, files = scan_tree(top, owner=owner)
+    return size, files
+
+
+def digest_tree(top: str, parent: str | None) -> str:
+    """The content name of a layer: sha256 over its parent's name and every entry (path, kind,
+    permission bits, mtime, user xattrs, link target or data), in path order.  Checks it too."""
+    name, _, _ = scan_tree(top, parent=parent, digest=True)
+    assert name is not None
+    return name
+
+
+def scan_tree(top: str, *, owner: int | None = None, chown: tuple[int, int] | None = None, digest: bool = False,
+              parent: str | None = None) -> tuple[str | None, int, int]:  # fmt: skip
+    """One walk over a layer's tree (symlinks never followed): give each entry to ``chown`` first
+    when given, check it (``verify_tree``), and hash it when ``digest`` (``digest_tree``).
+    (name or None, bytes of data, entries)."""
+    h = hashlib.sha256(f"sandboxlite-snapshot {FORMAT}\nparent {parent or '-'}\n".encode()) if digest else None
     size = files = 0
     top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        if chown is not None:
+            os.chown(top_fd, *chown)
         for name in os.listdir(top_fd):
             if name not in PLACES:
                 raise SnapshotError(f"snapshot {top}: unexpected entry {name!r} at the top (only {', '.join(PLACES)})")
-            st = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
-            if not stat.S_ISDIR(st.st_mode):
+            if not stat.S_ISDIR(os.stat(name, dir_fd=top_fd, follow_symlinks=False).st_mode):
                 raise SnapshotError(f"snapshot {top}: {name} is not a directory")
-        for dirpath, dirnames, filenames, dfd in os.fwalk(top, follow_symlinks=False):
-            for name in dirnames + filenames:
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                rel = os.path.relpath(os.path.join(dirpath, name), top)
-                mode = st.st_mode
-                if owner is not None and st.st_uid != owner:
-                    raise SnapshotError(f"snapshot {top}: {rel} is owned by uid {st.st_uid}, not {owner}")
-                if mode & (stat.S_ISUID | stat.S_ISGID):
-                    raise SnapshotError(f"snapshot {top}: {rel} has a setuid or setgid bit")
-                if stat.S_ISREG(mode):
-                    if st.st_nlink != 1:
-                        raise SnapshotError(f"snapshot {top}: {rel} is a hard link ({st.st_nlink} names)")
-                    size += st.st_size
-                elif stat.S_ISCHR(mode):
-                    if st.st_rdev != 0:
-                        raise SnapshotError(f"snapshot {top}: {rel} is a device file")
-                elif not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode) or stat.S_ISFIFO(mode)):
-                    raise SnapshotError(f"snapshot {top}: {rel} is a {_kind(mode)}")
-                files += 1
     finally:
         os.close(top_fd)
-    return size, files
+    for dirpath, dirnames, filenames, dfd in os.fwalk(top, follow_symlinks=False):
+        dirnames.sort()  # the walk's order, and so the digest, is the paths' order
+        for name in sorted(dirnames + filenames):
+            if chown is not None:
+                os.chown(name, *chown, dir_fd=dfd, follow_symlinks=False)
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            rel = os.path.relpath(os.path.join(dirpath, name), top)
+            size += _check_entry(top, rel, st, owner)
+            files += 1
+            if h is not None:
+                _hash_entry(h, rel, name, dfd, st)
+    return (h.hexdigest() if h is not None else None), size, files
+
+
+def _check_entry(top: str, rel: str, st: os.stat_result, owner: int | None) -> int:
+    """SnapshotError when the entry may not be in a snapshot; else its bytes of data."""
+    mode = st.st_mode
+    if owner is not None and st.st_uid != owner:
+        raise SnapshotError(f"snapshot {top}: {rel} is owned by uid {st.st_uid}, not {owner}")
+    if mode & (stat.S_ISUID | stat.S_ISGID):
+        raise SnapshotError(f"snapshot {top}: {rel} has a setuid or setgid bit")
+    if stat.S_ISREG(mode):
+        if st.st_nlink != 1:
+            raise SnapshotError(f"snapshot {top}: {rel} is a hard link ({st.st_nlink} names)")
+        return st.st_size
+    if stat.S_ISCHR(mode):
+        if st.st_rdev != 0:
+            raise SnapshotError(f"snapshot {top}: {rel} is a device file")
+    elif not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode) or stat.S_ISFIFO(mode)):
+        raise SnapshotError(f"snapshot {top}: {rel} is a {_kind(mode)}")
+    return 0
+
+
+def _hash_entry(h, rel: str, name: str, dfd: int, st: os.stat_result) -> None:
+    line = f"{rel}\0{stat.S_IFMT(st.st_mode):o}\0{stat.S_IMODE(st.st_mode):o}\0{st.st_mtime_ns}\0"
+    h.update(line.encode("utf-8", "surrogateescape"))
+    if stat.S_ISLNK(st.st_mode):
+        h.update(os.readlink(name, dir_fd=dfd).encode("utf-8", "surrogateescape"))
+    elif stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if stat.S_ISDIR(st.st_mode) else 0)
+        fd = os.open(name, flags, dir_fd=dfd)
+        try:
+            for k, v in _xattrs(fd):
+                h.update(b"x" + k.encode() + b"=" + v + b"\0")
+            if stat.S_ISREG(st.st_mode):
+                h.update(b"%d\0" % st.st_size)
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    h.update(hashlib.file_digest(f, "sha256").digest())
+        finally:
+            os.close(fd)
+    h.update(b"\n")
 
 
 def _kind(mode: int) -> str:
@@ -137,47 +190,6 @@ def _xattrs(fd: int) -> list[tuple[str, bytes]]:
             return []
         raise
     return sorted((n, os.getxattr(fd, n)) for n in names if n.startswith("user."))
-
-
-def digest_tree(top: str, parent: str | None) -> str:
-    """The content name of a layer (a verified tree): sha256 over its parent's name and every
-    entry (path, kind, permission bits, mtime, user xattrs, link target or data), in path order."""
-    h = hashlib.sha256(f"sandboxlite-snapshot {FORMAT}\nparent {parent or '-'}\n".encode())
-    entries = []
-    for dirpath, dirnames, filenames, dfd in os.fwalk(top, follow_symlinks=False):
-        dirnames.sort()
-        for name in sorted(dirnames + filenames):
-            entries.append((os.path.relpath(os.path.join(dirpath, name), top), dfd, name))
-        # the entries of this directory are hashed while its descriptor is open
-        for rel, fd_dir, name in entries:
-            st = os.stat(name, dir_fd=fd_dir, follow_symlinks=False)
-            line = f"{rel}\0{stat.S_IFMT(st.st_mode):o}\0{stat.S_IMODE(st.st_mode):o}\0{st.st_mtime_ns}\0"
-            h.update(line.encode("utf-8", "surrogateescape"))
-            if stat.S_ISLNK(st.st_mode):
-                h.update(os.readlink(name, dir_fd=fd_dir).encode("utf-8", "surrogateescape"))
-            elif stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
-                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if stat.S_ISDIR(st.st_mode) else 0)
-                fd = os.open(name, flags, dir_fd=fd_dir)
-                try:
-                    for k, v in _xattrs(fd):
-                        h.update(b"x" + k.encode() + b"=" + v + b"\0")
-                    if stat.S_ISREG(st.st_mode):
-                        h.update(b"%d\0" % st.st_size)
-                        with os.fdopen(os.dup(fd), "rb") as f:
-                            h.update(hashlib.file_digest(f, "sha256").digest())
-                finally:
-                    os.close(fd)
-            h.update(b"\n")
-        entries.clear()
-    return h.hexdigest()
-
-
-def chown_tree(top: str, uid: int, gid: int) -> None:
-    """Give every entry of ``top`` (symlinks themselves, never what they point at) to uid:gid."""
-    os.chown(top, uid, gid, follow_symlinks=False)
-    for _dirpath, dirnames, filenames, dfd in os.fwalk(top, follow_symlinks=False):
-        for name in dirnames + filenames:
-            os.chown(name, uid, gid, dir_fd=dfd, follow_symlinks=False)
 
 
 def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None) -> Snapshot:
@@ -242,15 +254,14 @@ class Store:
         """Check the copy in ``staged``, name it by its content and keep it (a copy with the name
         of one kept already is dropped: the same state)."""
         try:
-            if self.owner is not None:
-                chown_tree(staged, *self.owner)
-            size, files = verify_tree(staged, owner=self.owner[0] if self.owner is not None else os.geteuid())
-            name = digest_tree(staged, parent.name if parent is not None else None)
+            name, size, files = scan_tree(staged, owner=self.owner[0] if self.owner is not None else os.geteuid(),
+                                          chown=self.owner, digest=True,
+                                          parent=parent.name if parent is not None else None)  # fmt: skip
+            assert name is not None
             dest = self.root / "layers" / name
-            depth = parent.depth + 1 if parent is not None else 1
             cow = os.path.isdir(os.path.join(staged, "root")) or (parent is not None and parent.cow)
-            snap = Snapshot(name, parent.name if parent is not None else None, depth, size, files, time.time(),
-                            rootfs, cow, self)  # fmt: skip
+            snap = Snapshot(name, parent.layers if parent is not None else (), size, files, time.time(), rootfs, cow,
+                            self)  # fmt: skip
             with self._lock:
                 if dest.exists():
                     return self.meta(name)
@@ -264,8 +275,8 @@ class Store:
                 remove_tree(staged)
 
     def _write_meta(self, snap: Snapshot) -> None:
-        doc = {"format": FORMAT, "name": snap.name, "parent": snap.parent, "depth": snap.depth, "size": snap.size,
-               "files": snap.files, "created": snap.created, "rootfs": snap.rootfs, "cow": snap.cow}  # fmt: skip
+        doc = {"format": FORMAT, "name": snap.name, "parent": snap.parent, "ancestors": list(snap.ancestors),
+               "size": snap.size, "files": snap.files, "created": snap.created, "rootfs": snap.rootfs, "cow": snap.cow}  # fmt: skip
         tmp = self.root / "meta" / f".{snap.name}.json.tmp"
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
         os.replace(tmp, self.root / "meta" / f"{snap.name}.json")
@@ -282,7 +293,10 @@ class Store:
                                     hint="sandboxlite snapshot list")  # fmt: skip
             path = matches[0]
         doc = json.loads(path.read_text())
-        return Snapshot(doc["name"], doc["parent"], doc["depth"], doc["size"], doc["files"], doc["created"],
+        ancestors = doc.get("ancestors")
+        if ancestors is None:  # kept before the metadata listed them: follow the parents
+            ancestors = (doc["parent"], *self.meta(doc["parent"]).ancestors) if doc.get("parent") else ()
+        return Snapshot(doc["name"], tuple(ancestors), doc["size"], doc["files"], doc["created"],
                         doc.get("rootfs", ""), bool(doc.get("cow")), self)  # fmt: skip
 
     def list(self) -> list[Snapshot]:

@@ -860,16 +860,24 @@ static void landlock_start(void) {
   if (syscall(SYS_landlock_restrict_self, ll_ruleset, 0) < 0) ll_fail("entering the domain", NULL);
 }
 
+/* A directory stream of `path` under `dfd` ("." for dfd itself); NULL with errno set. */
+static DIR *dir_at(int dfd, const char *path) {
+  int fd = openat(dfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d && fd >= 0) {
+    int err = errno;
+    close(fd);
+    errno = err;
+  }
+  return d;
+}
+
 /* SIGSTOP, walk, SIGKILL every process below `pid` (children lists are per thread). */
 static void kill_below(pid_t pid, int depth) {
   char path[320];
   snprintf(path, sizeof path, "%d/task", (int)pid);
-  int tfd = openat(proc_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *tasks = tfd >= 0 ? fdopendir(tfd) : NULL;
-  if (!tasks) {
-    if (tfd >= 0) close(tfd);
-    return;
-  }
+  DIR *tasks = dir_at(proc_fd, path);
+  if (!tasks) return;
   struct dirent *t;
   while ((t = readdir(tasks))) {
     if (t->d_name[0] == '.') continue;
@@ -921,12 +929,8 @@ static int empty_dir(int dfd, int depth) {
     return -1;
   }
   for (int pass = 0; pass < 4; pass++) { /* entries removed while listing may hide others */
-    int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
-    if (!d) {
-      if (lfd >= 0) close(lfd);
-      return -1;
-    }
+    DIR *d = dir_at(dfd, ".");
+    if (!d) return -1;
     int left = 0, err = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
@@ -1257,12 +1261,8 @@ static int is_paused(pid_t pid) {
  * many).  A process with a stop pending forks nothing more (fork fails over a pending signal and
  * is restarted after it), so a pass that finds nothing new has them all. */
 static int pause_pass(void) {
-  int dfd = openat(proc_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-  if (!d) {
-    if (dfd >= 0) close(dfd);
-    return -1;
-  }
+  DIR *d = dir_at(proc_fd, ".");
+  if (!d) return -1;
   int added = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
@@ -1422,12 +1422,8 @@ static int copy_entry(int sdir, int ddir, const char *name, int depth, struct co
 }
 
 static int copy_tree(int sdir, int ddir, int depth, struct copy_job *job) {
-  int lfd = openat(sdir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *dir = lfd >= 0 ? fdopendir(lfd) : NULL;
-  if (!dir) {
-    if (lfd >= 0) close(lfd);
-    return -1;
-  }
+  DIR *dir = dir_at(sdir, ".");
+  if (!dir) return -1;
   int r = 0;
   struct dirent *e;
   while (r == 0 && (e = readdir(dir))) {
@@ -1443,12 +1439,8 @@ static int copy_tree(int sdir, int ddir, int depth, struct copy_job *job) {
 
 /* Does the directory hold anything? */
 static int dir_empty(int dfd) {
-  int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *dir = lfd >= 0 ? fdopendir(lfd) : NULL;
-  if (!dir) {
-    if (lfd >= 0) close(lfd);
-    return 1;
-  }
+  DIR *dir = dir_at(dfd, ".");
+  if (!dir) return 1;
   int empty = 1;
   struct dirent *e;
   while (empty && (e = readdir(dir)))
