@@ -103,6 +103,23 @@ def test_running_commands_are_paused_for_the_copy_and_continue(sb):
     assert state == "T"  # one the sandbox stopped itself stays stopped
 
 
+def test_a_parent_waiting_for_its_vfork_child_counts_as_paused(sb):
+    """posix_spawn (and dash) start commands with vfork: the parent waits, uninterruptibly (state D),
+    until the child execs.  Here the child blocks before its exec (opening a fifo nobody writes);
+    stopped, it keeps its parent in D.  Before, the snapshot waited 2 s and said the parent could
+    not be paused (a snapshot stopping a vfork child before its exec did that too)."""
+    spawn = ("import os; os.posix_spawn('/bin/true', ['true'], {}, "
+             "file_actions=[(os.POSIX_SPAWN_OPEN, 0, '/tmp/fifo', os.O_RDONLY, 0)])")
+    sb.exec(f"mkfifo /tmp/fifo; python3 -c \"{spawn}\" >/dev/null 2>&1 &")
+    for _ in range(100):  # until the parent waits
+        if " D " in sb.exec("cat /proc/[0-9]*/stat").stdout_text:
+            break
+        time.sleep(0.01)
+    snap = sb.snapshot()
+    assert stat.S_ISFIFO(os.lstat(os.path.join(_layer(snap), "tmp", "fifo")).st_mode)
+    assert sb.exec("echo x > /tmp/fifo; echo written").stdout_text == "written\n"  # both run on
+
+
 def test_the_size_cap_refuses_and_leaves_nothing(sb):
     sb.exec("head -c 3000000 /dev/urandom > /testbed/big")
     store = sb.host.snapshot_store()
@@ -210,10 +227,15 @@ def test_landlock_has_no_snapshots():
         ll.snapshot()
 
 
-def test_fork_refuses_a_bad_count(sb):
+def test_fork_and_snapshot_refuse_bad_numbers(sb):
     for n in (0, -1, True, 1.5):
         with pytest.raises(ConfigError):
             sb.fork(n)
+    for m in (-1, "1", 2.5, True):
+        with pytest.raises(ConfigError, match="max_bytes"):
+            sb.snapshot(max_bytes=m)
+    with pytest.raises(ConfigError, match="snapshot"):
+        Sandbox(snapshot="0123abcd")
 
 
 def test_verify_refuses_what_a_snapshot_cannot_hold(tmp_path):

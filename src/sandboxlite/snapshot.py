@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SnapshotError
+from .errors import ConfigError, SnapshotError
 
 PLACES = ("root", "testbed", "tmp", "home")  # the layer's directories (executor.c, "snapshots")
 FORMAT = 1
@@ -195,6 +195,8 @@ def _xattrs(fd: int) -> list[tuple[str, bytes]]:
 def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None) -> Snapshot:
     """A snapshot of the live ``jail`` (launch.Jail) whose generation was built over ``base``
     (see ``Sandbox.snapshot``)."""
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
+        raise ConfigError("max_bytes", f"must be a number of bytes (an int >= 0), got {max_bytes!r}")
     depth = (base.depth if base is not None else 0) + 1
     if depth > store.max_depth:
         raise SnapshotError(f"a snapshot of this sandbox would be layer {depth}, over the limit of {store.max_depth} "

@@ -1251,6 +1251,36 @@ static char proc_state(pid_t pid, char *comm, size_t clen) {
   return r[2];
 }
 
+/* Is the process waiting in vfork (or clone(CLONE_VFORK)) for its child to exec or exit?  That
+ * wait is uninterruptible (state D), and lasts as long as the child is stopped: the parent does
+ * nothing meanwhile, so it counts as paused (dash runs commands with vfork). */
+static int in_vfork(pid_t pid) {
+  char path[32], buf[64];
+  snprintf(path, sizeof path, "%d/syscall", (int)pid);
+  int fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  char *end;
+  long nr = strtol(buf, &end, 10);
+  if (end == buf) return 0;
+#ifdef SYS_vfork
+  if (nr == SYS_vfork) return 1;
+#endif
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+  return nr == SYS_clone || nr == SYS_clone3;
+}
+
+/* Stopped, gone, or (above) waiting for a stopped vfork child. */
+static int is_still(pid_t pid) {
+  char st = proc_state(pid, NULL, 0);
+  return !st || st == 'T' || st == 't' || st == 'Z' || st == 'X' || (st == 'D' && in_vfork(pid));
+}
+
 static int is_paused(pid_t pid) {
   for (int i = 0; i < n_paused; i++)
     if (paused[i].pid == pid) return 1;
@@ -1306,10 +1336,7 @@ static int pause_all(char *why, size_t wlen) {
       return -1;
     }
     int left = 0;
-    for (int i = 0; i < n_paused; i++) {
-      char st = proc_state(paused[i].pid, NULL, 0);
-      if (st && st != 'T' && st != 't' && st != 'Z' && st != 'X') left++;
-    }
+    for (int i = 0; i < n_paused; i++) left += !is_still(paused[i].pid);
     if (!left && pause_pass() == 0) return 0; /* and nothing new meanwhile */
     if (waited_us >= 2000000) break;
     struct timespec ts = {0, waited_us < 10000 ? 50000 : 1000000};
@@ -1321,7 +1348,7 @@ static int pause_all(char *why, size_t wlen) {
   for (int i = 0; i < n_paused && len + 80 < wlen; i++) {
     char comm[32] = "?";
     char st = proc_state(paused[i].pid, comm, sizeof comm);
-    if (!st || st == 'T' || st == 't' || st == 'Z' || st == 'X') continue;
+    if (is_still(paused[i].pid)) continue;
     int w = snprintf(why + len, wlen - len, "%spid %d (%s) in state %c", len ? ", " : "", (int)paused[i].pid, comm, st);
     if (w > 0) len += (size_t)w;
   }
