@@ -16,7 +16,7 @@ UPPER = ("agent", "eval", "rl", "cli", "bench", "doctor", "compat")
 # the jail core: these modules, and the rootfs package
 CORE = ("bwrap", "cgroups", "config", "devnodes", "errors", "executor", "host", "identity", "launch", "netns",
         "paths", "plan", "pool", "protocol", "result", "sandbox", "seccomp", "shell", "transfer", "_cmdio",
-        "egress", "netpolicy", "ports", "_relay", "rootfs")  # fmt: skip
+        "egress", "netpolicy", "ports", "_relay", "rootfs", "snapshot", "snapshot_io")  # fmt: skip
 
 
 def modules() -> dict[str, Path]:

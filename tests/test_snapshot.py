@@ -46,7 +46,7 @@ def test_a_snapshot_holds_image_changes_deletions_and_the_places(sb):
 def test_children_are_isolated_and_reset_goes_back_to_the_snapshot(sb):
     sb.exec("echo base > /testbed/f; echo base > /etc/f")
     snap = sb.snapshot()
-    digest = digest_tree(_layer(snap), None)
+    digest = digest_tree(_layer(snap), None, snap.rootfs)
     assert digest == snap.name  # content-addressed: the name is the digest of what is kept
     a, b = sb.fork(2)
     try:
@@ -62,7 +62,7 @@ def test_children_are_isolated_and_reset_goes_back_to_the_snapshot(sb):
         a.close()
         b.close()
     # a sandbox cannot change the snapshot it started from: the kept layer is as it was
-    assert digest_tree(_layer(snap), None) == snap.name
+    assert digest_tree(_layer(snap), None, snap.rootfs) == snap.name
 
 
 def test_snapshots_stack_and_a_later_layer_deletes(sb):
@@ -275,3 +275,162 @@ def test_a_store_on_a_path_of_its_own(tmp_path):
     with pytest.raises(SnapshotError, match="no snapshot"):
         store.meta("abcd")
     assert default_host().snapshot_store().layers_dir.endswith("/layers")
+
+
+# ---- flatten, export, import, the CLI ------------------------------------------------------------
+
+VIEW = ("cd / && for d in testbed tmp etc/skel usr/share/doc; do find $d -xdev | sort | while read -r f; do "
+        "if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then echo \"$f $(stat -c %a \"$f\") $(md5sum < \"$f\")\"; "
+        "else echo \"$f $(stat -c %F \"$f\")\"; fi; done; done")
+
+
+@pytest.fixture
+def stack(sb):
+    """Three layers: files written, then deleted, replaced and modified, a directory made opaque."""
+    sb.exec("mkdir -p /testbed/d /tmp/t; echo 1 > /testbed/d/a; echo 1 > /testbed/keep; echo e > /etc/skel/added; "
+            "mkfifo /tmp/t/fifo; ln -s /etc/shadow /testbed/link")
+    s1 = sb.snapshot()
+    with Sandbox(snapshot=s1) as c:
+        c.exec("rm /testbed/d/a /etc/skel/.bashrc; echo 2 > /testbed/keep; rm -rf /usr/share/doc; mkdir /usr/share/doc; "
+               "echo new > /usr/share/doc/only; chmod 700 /testbed/d")
+        s2 = c.snapshot()
+    with Sandbox(snapshot=s2) as c:
+        c.exec("echo 3 > /testbed/d/a; rm -rf /testbed/d/gone; rm /testbed/link; mkdir /testbed/link; "
+               "echo x > /testbed/link/in")
+        s3 = c.snapshot()
+    return s3
+
+
+def _view(snap) -> str:
+    with Sandbox(snapshot=snap) as c:
+        r = c.exec(VIEW)
+        assert r.exit_code == 0, r.stderr_text
+        return r.stdout_text
+
+
+def test_a_flattened_stack_shows_what_the_stack_shows(stack):
+    assert stack.depth == 3
+    flat = stack.flatten()
+    assert flat.depth == 1 and flat.parent is None and flat.cow and flat.name != stack.name
+    want = _view(stack)
+    assert "usr/share/doc/only 644" in want and "etc/skel/added 644" in want and "etc/skel/.bashrc" not in want and "testbed/link/in" in want
+    assert _view(flat) == want
+    assert flat.flatten() is flat  # one layer already
+
+
+def test_the_depth_limit_says_how_to_go_on(sb):
+    store = sb.host.snapshot_store()
+    old, store.max_depth = store.max_depth, 1
+    try:
+        snap = sb.snapshot()
+        with Sandbox(snapshot=snap) as c, pytest.raises(SnapshotError, match="flatten"):
+            c.snapshot()
+    finally:
+        store.max_depth = old
+
+
+def test_export_then_import_gives_the_same_snapshot(stack, tmp_path):
+    from sandboxlite import snapshot_io
+
+    path = snapshot_io.export(stack, tmp_path / "s.tar.zst")
+    other = Store(tmp_path / "other", owner=stack.store.owner)
+    got = snapshot_io.import_(other, path)
+    assert got.name == stack.name and got.layers == stack.layers and got.rootfs == stack.rootfs
+    for name in stack.layers:
+        assert digest_tree(str(other.root / "layers" / name), other.meta(name).parent, stack.rootfs) == name
+    assert snapshot_io.import_(other, path).name == stack.name  # again: the same, kept once
+    assert os.listdir(other.root / "staging") == []
+
+
+def _archive(tmp_path, members, manifest=None):
+    """A .tar.zst with the given (TarInfo, bytes) members after a manifest of one layer."""
+    import io
+    import json
+    import subprocess
+    import tarfile
+
+    name = "a" * 64
+    doc = manifest or {"format": 1, "kind": "sandboxlite-snapshot", "name": name,
+                       "layers": [{"name": name, "ancestors": [], "size": 0, "files": 0, "created": 0.0,
+                                   "rootfs": "science", "cow": False}]}  # fmt: skip
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        data = json.dumps(doc).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for info, data in members:
+            info.name = info.name.replace("NAME", name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    path = tmp_path / "bad.tar.zst"
+    path.write_bytes(subprocess.run(["zstd", "-q", "-c"], input=raw.getvalue(), capture_output=True, check=True).stdout)
+    return path
+
+
+def _m(name, kind=None, mode=0o644, **kw):
+    import tarfile
+
+    info = tarfile.TarInfo(name)
+    info.type = kind if kind is not None else tarfile.REGTYPE
+    info.mode = mode
+    for k, v in kw.items():
+        setattr(info, k, v)
+    return info
+
+
+def test_import_refuses_what_a_snapshot_cannot_hold_and_keeps_nothing(tmp_path):
+    import tarfile
+
+    from sandboxlite import snapshot_io
+
+    d = _m("layers/NAME/testbed", tarfile.DIRTYPE, 0o755)
+    cases = {
+        "outside the snapshot's layers": [(_m("layers/NAME/../../etc/x"), b"x")],
+        "outside the snapshot": [(_m("etc/passwd"), b"x")],
+        "a device file": [(d, b""), (_m("layers/NAME/testbed/null", tarfile.CHRTYPE, devmajor=1, devminor=3), b"")],
+        "a hard link": [(d, b""), (_m("layers/NAME/testbed/h", tarfile.LNKTYPE, linkname="/etc/passwd"), b"")],
+        "setuid": [(d, b""), (_m("layers/NAME/testbed/s", mode=0o4755), b"x")],
+        "through a non-directory": [(d, b""), (_m("layers/NAME/testbed/l", tarfile.SYMTYPE, linkname="/etc"), b""),
+                                    (_m("layers/NAME/testbed/l/passwd"), b"owned")],
+        "does not match its name": [(d, b""), (_m("layers/NAME/testbed/f"), b"x")],
+    }
+    store = Store(tmp_path / "store")
+    for why, members in cases.items():
+        path = _archive(tmp_path, members)
+        with pytest.raises(SnapshotError, match=why):
+            snapshot_io.import_(store, path)
+        assert store.list() == [] and os.listdir(store.root / "layers") == [] and os.listdir(store.root / "staging") == []
+    assert not os.path.exists("/etc/x") or open("/etc/x").read() != "x"
+    bad_manifest = _archive(tmp_path, [], manifest={"format": 9, "layers": []})
+    with pytest.raises(SnapshotError, match="manifest"):
+        snapshot_io.import_(store, bad_manifest)
+    junk = tmp_path / "junk.tar.zst"
+    junk.write_bytes(b"not zstd")
+    with pytest.raises(SnapshotError, match="zstd"):
+        snapshot_io.import_(store, junk)
+
+
+def test_the_cli_lists_exports_imports_and_removes(sb, tmp_path):
+    from click.testing import CliRunner
+
+    from sandboxlite.cli import main
+
+    sb.exec("echo cli > /testbed/c")
+    snap = sb.snapshot()
+    run = CliRunner().invoke
+    r = run(main, ["snapshot", "list"])
+    assert r.exit_code == 0 and snap.name[:12] in r.output
+    r = run(main, ["snapshot", "export", snap.name[:8], str(tmp_path / "c.tar.zst")])
+    assert r.exit_code == 0, r.output
+    r = run(main, ["snapshot", "import", str(tmp_path / "c.tar.zst")])
+    assert r.exit_code == 0 and r.output.startswith(snap.name), r.output
+    with Sandbox(snapshot=snap):
+        r = run(main, ["snapshot", "list"])
+        assert any(line.startswith(snap.name[:12]) and line.endswith("in use") for line in r.output.splitlines())
+        r = run(main, ["snapshot", "rm", snap.name])
+        assert r.exit_code == 125 and "in use" in r.output
+    r = run(main, ["snapshot", "rm", "zz"])
+    assert r.exit_code == 125 and "no snapshot name" in r.output
+    r = run(main, ["snapshot", "rm", snap.name])
+    assert r.exit_code == 0 and snap.name not in run(main, ["snapshot", "list"]).output

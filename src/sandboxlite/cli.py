@@ -781,6 +781,75 @@ def rootfs_rm(name) -> None:
 
 
 @main.group()
+def snapshot() -> None:
+    """Keep, list and move sandbox snapshots (Sandbox.snapshot(); where: SANDBOXLITE_SNAPSHOTS)."""
+
+
+def _store():
+    from .host import default_host
+
+    return default_host().snapshot_store()
+
+
+@snapshot.command("list")
+@_errors_to_exit_codes
+def snapshot_list() -> None:
+    """The snapshots kept here, oldest first: name, parent, layers, size, entries, created, in use."""
+    import datetime
+
+    store = _store()
+    snaps = store.list()
+    click.echo(f"{len(snaps)} snapshot(s) in {store.root}")
+    for s in snaps:
+        when = datetime.datetime.fromtimestamp(s.created).strftime("%Y-%m-%d %H:%M:%S")
+        used = "in use" if store.in_use(s.name) else ""
+        click.echo(f"{s.name[:12]}  parent {s.parent[:12] if s.parent else '-':12}  layers {s.depth:2}  "
+                   f"{s.size / (1 << 20):9.1f} MiB  {s.files:7} entries  {when}  {s.rootfs or '-'}  {used}".rstrip())  # fmt: skip
+
+
+@snapshot.command("rm")
+@click.argument("names", nargs=-1, required=True)
+@_errors_to_exit_codes
+def snapshot_rm(names) -> None:
+    """Remove snapshots (refused while a live sandbox uses one, or one was taken on top of it)."""
+    store = _store()
+    for name in names:
+        snap = store.meta(name)
+        store.remove(snap.name)
+        click.echo(f"removed {snap}")
+
+
+@snapshot.command("flatten")
+@click.argument("name")
+@_errors_to_exit_codes
+def snapshot_flatten(name) -> None:
+    """Keep NAME's whole stack as one layer (a new snapshot without a parent); print its name."""
+    click.echo(_store().meta(name).flatten().name)
+
+
+@snapshot.command("export")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False))
+@_errors_to_exit_codes
+def snapshot_export(name, file) -> None:
+    """Write NAME and the layers below it to FILE (.tar.zst, with a manifest) for other machines."""
+    from . import snapshot_io
+
+    click.echo(str(snapshot_io.export(_store().meta(name), file)))
+
+
+@snapshot.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@_errors_to_exit_codes
+def snapshot_import(file) -> None:
+    """Check FILE's snapshot (each layer against its name; no device, setuid bit or link out) and keep it."""
+    from . import snapshot_io
+
+    snap = snapshot_io.import_(_store(), file)
+    click.echo(f"{snap.name}: imported ({snap.depth} layer(s), {snap.size} bytes)")
+
+
+@main.group()
 def data() -> None:
     """Eval data: pull each domain's files from the Hugging Face hub, list what is here."""
 

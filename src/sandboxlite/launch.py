@@ -37,7 +37,7 @@ from .identity import unreachable
 from .plan import JailPlan, Slot, check_landlock, netns_wanted, plan, plan_landlock
 from .protocol import MAX_REQUEST_PAYLOAD, SP_STATUS, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, loopback_payload, \
     mkdir_payload, open_payload, reset_payload, snapshot_payload, spawn_payload, symlink_payload  # fmt: skip
-from .snapshot import Snapshot, release
+from .snapshot import Snapshot, image_of, release
 
 START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
 REQUEST_TIMEOUT_S = 30.0  # a file request or a reset must be answered within this
@@ -127,7 +127,7 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
 def check_snapshot_fits(snapshot: Snapshot, p: JailPlan) -> None:
     """SnapshotError when a sandbox planned as ``p`` cannot start from ``snapshot``: another image, or a
     copy-on-write layer the plan has no copy-on-write root for."""
-    image = p.rootfs.path if p.rootfs.kind == "dir" else "host"
+    image = image_of(p.rootfs)
     if snapshot.rootfs and snapshot.rootfs != image:
         raise SnapshotError(f"snapshot {snapshot} was taken over the image {snapshot.rootfs}, this sandbox's is {image}",
                             hint="start it with the same rootfs")  # fmt: skip

@@ -44,8 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, SnapshotError
+from .protocol import is_layer_name
 
-PLACES = ("root", "testbed", "tmp", "home")  # the layer's directories (executor.c, "snapshots")
+PLACES = ("root", "testbed", "tmp", "home")
+OPAQUE = "user.overlay.opaque"  # overlayfs's mark (userxattr mode) of a directory that hides what is below it  # the layer's directories (executor.c, "snapshots")
 FORMAT = 1
 DEFAULT_MAX_DEPTH = 16  # layers a sandbox may stack (the executor takes up to protocol.MAX_LAYERS)
 DEFAULT_MAX_BYTES = 4 << 30  # one snapshot's size cap (Store(max_bytes=), or snapshot(max_bytes=))
@@ -84,6 +86,10 @@ class Snapshot:
         """Its layers, top first: this snapshot's name, then its ancestors'."""
         return (self.name, *self.ancestors)
 
+    def flatten(self) -> "Snapshot":
+        """The same state as one layer without a parent (for stacks near the depth limit): ``flatten``."""
+        return flatten(self)
+
     def __str__(self) -> str:
         return self.name[:12]
 
@@ -98,20 +104,22 @@ def verify_tree(top: str, owner: int | None = None) -> tuple[int, int]:
     return size, files
 
 
-def digest_tree(top: str, parent: str | None) -> str:
-    """The content name of a layer: sha256 over its parent's name and every entry (path, kind,
-    permission bits, mtime, user xattrs, link target or data), in path order.  Checks it too."""
-    name, _, _ = scan_tree(top, parent=parent, digest=True)
+def digest_tree(top: str, parent: str | None, image: str) -> str:
+    """The content name of a layer: sha256 over the image it is over, its parent's name and every
+    entry (path, kind, permission bits, mtime, user xattrs, link target or data), in path order.
+    Checks it too."""
+    name, _, _ = scan_tree(top, parent=parent, image=image, digest=True)
     assert name is not None
     return name
 
 
 def scan_tree(top: str, *, owner: int | None = None, chown: tuple[int, int] | None = None, digest: bool = False,
-              parent: str | None = None) -> tuple[str | None, int, int]:  # fmt: skip
+              parent: str | None = None, image: str = "") -> tuple[str | None, int, int]:  # fmt: skip
     """One walk over a layer's tree (symlinks never followed): give each entry to ``chown`` first
     when given, check it (``verify_tree``), and hash it when ``digest`` (``digest_tree``).
     (name or None, bytes of data, entries)."""
-    h = hashlib.sha256(f"sandboxlite-snapshot {FORMAT}\nparent {parent or '-'}\n".encode()) if digest else None
+    head = f"sandboxlite-snapshot {FORMAT}\nimage {image}\nparent {parent or '-'}\n"
+    h = hashlib.sha256(head.encode("utf-8", "surrogateescape")) if digest else None
     size = files = 0
     top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
@@ -166,7 +174,7 @@ def _hash_entry(h, rel: str, name: str, dfd: int, st: os.stat_result) -> None:
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if stat.S_ISDIR(st.st_mode) else 0)
         fd = os.open(name, flags, dir_fd=dfd)
         try:
-            for k, v in _xattrs(fd):
+            for k, v in user_xattrs(fd):
                 h.update(b"x" + k.encode() + b"=" + v + b"\0")
             if stat.S_ISREG(st.st_mode):
                 h.update(b"%d\0" % st.st_size)
@@ -182,14 +190,116 @@ def _kind(mode: int) -> str:
             "device file" if stat.S_ISCHR(mode) else "special file")  # fmt: skip
 
 
-def _xattrs(fd: int) -> list[tuple[str, bytes]]:
+# ---- flattening ------------------------------------------------------------------------------------
+
+
+def flatten(snap: Snapshot) -> Snapshot:
+    """One layer showing what ``snap``'s stack shows, kept as a snapshot of its own (no parent).
+
+    overlayfs's rules: a whiteout hides what is below it, an opaque directory hides what was below
+    it, and a directory over a whiteout or a file hides it too (it becomes opaque)."""
+    store = snap.store
+    if not snap.ancestors:
+        return snap
+    staged = store.staging(None)
     try:
-        names = os.listxattr(fd)
+        for name in reversed(snap.layers):  # the bottom first: each layer goes over what is there
+            layer = Path(store.layers_dir) / name
+            for place in PLACES:
+                if (layer / place).is_dir():
+                    (Path(staged) / place).mkdir(exist_ok=True)
+                    _merge(str(layer / place), str(Path(staged) / place))
+    except BaseException:
+        remove_tree(staged)
+        raise
+    return store.commit(staged, parent=None, rootfs=snap.rootfs)
+
+
+def _is_whiteout(st: os.stat_result) -> bool:
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _remove(path: str, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        remove_tree(path)
+    else:
+        os.unlink(path)
+
+
+def _merge(src: str, dst: str) -> None:
+    """Put the layer directory ``src`` over the merged directory ``dst`` (both the store's own)."""
+    for entry in os.scandir(src):
+        s, d = entry.path, os.path.join(dst, entry.name)
+        st, dt = entry.stat(follow_symlinks=False), _lstat(d)
+        if stat.S_ISDIR(st.st_mode):
+            xattrs = user_xattrs(s)
+            opaque = dict(xattrs).get(OPAQUE) == b"y"
+            if dt is not None and (opaque or not stat.S_ISDIR(dt.st_mode)):
+                # below it was hidden: by its own mark, or by a whiteout or a file it replaced
+                opaque = True
+                _remove(d, dt)
+                dt = None
+            if dt is None:
+                os.mkdir(d, 0o700)
+            else:
+                os.chmod(d, 0o700)  # a lower layer's mode may lack write: the final one is set below
+            for k, v in xattrs:
+                os.setxattr(d, k, v, follow_symlinks=False)
+            if opaque:
+                os.setxattr(d, OPAQUE, b"y", follow_symlinks=False)
+            _merge(s, d)
+            os.chmod(d, stat.S_IMODE(st.st_mode))
+            os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+            continue
+        if dt is not None:
+            _remove(d, dt)
+        _copy_entry(s, d, st)
+
+
+def _copy_entry(s: str, d: str, st: os.stat_result) -> None:
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        with open(s, "rb", opener=nofollow) as fi, open(d, "xb") as fo:
+            shutil.copyfileobj(fi, fo, 1 << 20)
+        _copy_xattrs(s, d)
+        os.chmod(d, stat.S_IMODE(mode))
+    elif stat.S_ISLNK(mode):
+        os.symlink(os.readlink(s), d)
+    elif _is_whiteout(st):
+        os.mknod(d, stat.S_IFCHR, 0)
+    elif stat.S_ISFIFO(mode):
+        os.mkfifo(d, stat.S_IMODE(mode))
+    else:
+        raise SnapshotError(f"{s}: a {stat.filemode(mode)} entry cannot be in a snapshot")
+    os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+
+
+def nofollow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def user_xattrs(target: str | int) -> list[tuple[str, bytes]]:
+    """The user.* xattrs of a path (a symlink itself, never what it points at) or a descriptor."""
+    kw = {} if isinstance(target, int) else {"follow_symlinks": False}
+    try:
+        names = os.listxattr(target, **kw)
     except OSError as e:
         if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
             return []
         raise
-    return sorted((n, os.getxattr(fd, n)) for n in names if n.startswith("user."))
+    return sorted((k, os.getxattr(target, k, **kw)) for k in names if k.startswith("user."))
+
+
+def _copy_xattrs(s: str, d: str) -> None:
+    for k, v in user_xattrs(s):
+        os.setxattr(d, k, v, follow_symlinks=False)
 
 
 def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None) -> Snapshot:
@@ -200,7 +310,7 @@ def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None
     depth = (base.depth if base is not None else 0) + 1
     if depth > store.max_depth:
         raise SnapshotError(f"a snapshot of this sandbox would be layer {depth}, over the limit of {store.max_depth} "
-                            "stacked layers", hint="take the state again in a sandbox started from the image")  # fmt: skip
+                            "stacked layers", hint="flatten the one it started from: Sandbox(snapshot=snap.flatten())")  # fmt: skip
     uid = jail.plan.run_as
     staged = store.staging(uid if uid is not None and store.owner is not None and uid != store.owner else None)
     try:
@@ -212,8 +322,12 @@ def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None
     except BaseException:
         remove_tree(staged)
         raise
-    image = jail.plan.rootfs.path if jail.plan.rootfs.kind == "dir" else "host"
-    return store.commit(staged, parent=base, rootfs=image)
+    return store.commit(staged, parent=base, rootfs=image_of(jail.plan.rootfs))
+
+
+def image_of(rootfs) -> str:
+    """What a snapshot records of the image it was taken over: its name (or directory), or "host"."""
+    return rootfs.name if rootfs.kind == "dir" else "host"
 
 
 class Store:
@@ -258,23 +372,26 @@ class Store:
         try:
             name, size, files = scan_tree(staged, owner=self.owner[0] if self.owner is not None else os.geteuid(),
                                           chown=self.owner, digest=True,
-                                          parent=parent.name if parent is not None else None)  # fmt: skip
+                                          parent=parent.name if parent is not None else None, image=rootfs)  # fmt: skip
             assert name is not None
-            dest = self.root / "layers" / name
             cow = os.path.isdir(os.path.join(staged, "root")) or (parent is not None and parent.cow)
             snap = Snapshot(name, parent.layers if parent is not None else (), size, files, time.time(), rootfs, cow,
                             self)  # fmt: skip
-            with self._lock:
-                if dest.exists():
-                    return self.meta(name)
-                os.chmod(staged, 0o755)
-                os.rename(staged, dest)
-                staged = ""
-                self._write_meta(snap)
-            return snap
+            return self.adopt(staged, snap)
         finally:
-            if staged:
+            if os.path.exists(staged):
                 remove_tree(staged)
+
+    def adopt(self, tree: str, snap: Snapshot) -> Snapshot:
+        """Keep the checked, named layer ``tree`` (moved into the store) as ``snap``; when one of that
+        name is kept already, that one (``tree`` is left to the caller)."""
+        with self._lock:
+            if (self.root / "layers" / snap.name).exists():
+                return self.meta(snap.name)
+            os.chmod(tree, 0o755)
+            os.rename(tree, self.root / "layers" / snap.name)
+            self._write_meta(snap)
+        return snap
 
     def _write_meta(self, snap: Snapshot) -> None:
         doc = {"format": FORMAT, "name": snap.name, "parent": snap.parent, "ancestors": list(snap.ancestors),
@@ -286,6 +403,8 @@ class Store:
     # -- looking up ------------------------------------------------------------------------------
     def meta(self, name: str) -> Snapshot:
         """The snapshot called ``name`` (a unique prefix of at least 4 digits will do)."""
+        if not (isinstance(name, str) and is_layer_name(name)):
+            raise SnapshotError(f"{name!r} is no snapshot name (lowercase hex digits)", hint="sandboxlite snapshot list")
         path = self.root / "meta" / f"{name}.json"
         if not path.is_file():
             matches = [p for p in (self.root / "meta").glob(f"{name}*.json")] if len(name) >= 4 else []
@@ -323,6 +442,20 @@ class Store:
             release(fds)
             raise
         return fds
+
+    def in_use(self, name: str) -> bool:
+        """Does a live sandbox (of any process) use the layer ``name``?"""
+        try:
+            fd = os.open(self.root / "locks" / f"{name}.lock", os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
 
     def remove(self, name: str) -> None:
         """Remove a snapshot: SnapshotError when a live sandbox uses it, or another snapshot
