@@ -384,7 +384,7 @@ class _Dirty(SandboxEnv):
     def reset(self, *, seed=None, options=None):
         if self._sb is None:
             return super().reset(seed=seed, options=options)
-        task, limits = self._prepare_reset(seed, options)
+        task, limits, _snapshot = self._prepare_reset(seed, options)
         return self._begin(task, limits, time.perf_counter(), 0.0)
 
     def close(self):

@@ -337,3 +337,58 @@ def test_eval_scorers_as_rewards() -> None:
         assert [t.error for t in g.trajectories] == [None, None]
         assert [t.task_reward for t in g.trajectories] == [1.0, 0.0]
         assert g.advantages[0] > 0 > g.advantages[1]
+
+
+# -- prepared states (snapshots) ---------------------------------------------------------------------
+def test_groups_start_from_a_prepared_state(pool):
+    """prepare runs once per task; every episode of the group starts from its snapshot, and what an
+    episode writes does not reach the others; the pool's sandboxes go back to the image after."""
+    prepared = []
+
+    def prepare(sb, t):
+        prepared.append(t.id)
+        sb.exec(f"echo {t.metadata['answer']} > /testbed/prepared; echo left > /tmp/mark")
+
+    def cheat_then_dirty():  # answers what the preparation left, then spoils it for anyone after
+        return FakeModel([{"tool": "execute_bash", "arguments": {"command": "cat /testbed/prepared > /testbed/output/"
+                                                                             "answer.txt; echo spoiled > /testbed/prepared"}},
+                          {"tool": "submit", "arguments": {}}])  # fmt: skip
+
+    groups = run_groups(tasks=[task(1), task(2)], group_size=3, policy_factory=lambda t, k, s: cheat_then_dirty(),
+                        pool=pool, prepare=prepare)  # fmt: skip
+    assert sorted(prepared) == ["add1", "add2"]
+    for g in groups:
+        assert g.rewards == [1.0, 1.0, 1.0] and not g.errors, [t.error for t in g.trajectories]
+        assert g.snapshot is not None and g.prepare_s > 0
+    store = pool._all[0].host.snapshot_store()
+    assert not any(s.name == g.snapshot for s in store.list() for g in groups)  # removed at the end
+    with pool.sandbox() as sb:
+        assert sb.base is None and sb.exec("ls /testbed; test -e /tmp/mark || echo clean").stdout_text == "clean\n"
+
+
+def test_a_failing_preparation_is_recorded_in_its_group(pool):
+    def prepare(sb):
+        raise RuntimeError("no wheel here")
+
+    (g,) = run_groups(answer_then_submit(2), [task(1)], group_size=2, pool=pool, prepare=prepare)
+    assert [t.error for t in g.trajectories] == ["prepare failed: RuntimeError: no wheel here"] * 2
+    assert g.snapshot is None and pool.in_use == 0
+
+
+def test_reset_takes_a_snapshot_option(pool):
+    from sandboxlite.rl import SandboxEnv
+
+    with pool.sandbox() as sb:
+        sb.exec("echo from-snapshot > /testbed/s")
+        snap = sb.snapshot()
+    env = SandboxEnv(pool=pool)
+    try:
+        env.reset(options={"task": task(1), "snapshot": snap})
+        assert env.sandbox.exec("cat /testbed/s").stdout_text == "from-snapshot\n"
+        env.reset(options={"task": task(1)})
+        assert env.sandbox.exec("ls /testbed/s 2>/dev/null; echo $?").stdout_text.strip() != "0"
+        with pytest.raises(ValueError, match="snapshot"):
+            env.reset(options={"task": task(1), "snapshot": "abc"})
+    finally:
+        env.close()
+    snap.store.remove(snap.name)

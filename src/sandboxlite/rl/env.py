@@ -20,8 +20,9 @@ limits.  A malformed action never raises: it yields a format-error observation (
   input files to its input directory and creates its output directory, as ``run_task`` does.  Every
   path (in the prompts, the tools' descriptions, the answer file) is the sandbox's own, from its
   workdir (``Paths.of(env.sandbox)``: ``/testbed/...`` with the default configuration).
-  ``options``: ``task`` (a ``Task`` or a task.json dict), and per-episode overrides of
-  ``max_steps``, ``max_total_tokens``, ``max_wall_s``.
+  ``options``: ``task`` (a ``Task`` or a task.json dict), ``snapshot`` (a ``Snapshot``: the
+  episode starts from that filesystem state, a prepared one, instead of the pool's), and
+  per-episode overrides of ``max_steps``, ``max_total_tokens``, ``max_wall_s``.
 - ``step``: ``terminated`` when the model called ``submit``; ``truncated`` when a limit ended the
   episode (max steps, token budget from the actions' ``usage``, wall time, format errors in a row,
   or the sandbox failing); the last ``info["reason"]`` says which (an ``ExitReason``: the agent
@@ -68,6 +69,7 @@ from ..config import SandboxConfig
 from ..errors import SandboxClosed, SandboxError
 from ..pool import SandboxPool
 from ..sandbox import Sandbox
+from ..snapshot import Snapshot
 from .actions import to_assistant_message
 from .rewards import exact_match
 from .spaces import AssistantActionSpace, MessagesSpace
@@ -85,7 +87,7 @@ except ImportError:  # gymnasium is optional (the [rl] extra)
         pass
 
 ENV_ID = "sandboxlite/Sandbox-v0"
-RESET_OPTIONS = ("task", "max_steps", "max_total_tokens", "max_wall_s")
+RESET_OPTIONS = ("task", "max_steps", "max_total_tokens", "max_wall_s", "snapshot")
 
 __all__ = ["SandboxEnv", "ResetNeeded", "ENV_ID", "register", "as_task"]
 
@@ -256,7 +258,7 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
     # -- reset ---------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[list[dict], dict]:
         """Start an episode: ``(observation, info)``, the observation being [system, user] messages."""
-        task, limits = self._prepare_reset(seed, options)
+        task, limits, snap = self._prepare_reset(seed, options)
         with self._lock:
             t0 = time.perf_counter()
             self._release()
@@ -265,14 +267,14 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
             sb = pool.acquire(self.acquire_timeout)
             self._sb = sb
             acquire_s = time.perf_counter() - t1
-            return self._begin(task, limits, t0, acquire_s)
+            return self._begin(task, limits, t0, acquire_s, snap)
 
     async def reset_async(
         self, *, seed: int | None = None, options: dict | None = None, executor: Executor | None = None
     ) -> tuple[list[dict], dict]:
         """``reset`` for asyncio: waits for a free sandbox without holding a thread, and runs the
         blocking parts (the in-place reset of a released sandbox, the task's files) in ``executor``."""
-        task, limits = self._prepare_reset(seed, options)
+        task, limits, snap = self._prepare_reset(seed, options)
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         await loop.run_in_executor(executor, self._release)
@@ -285,9 +287,9 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
                 raise RuntimeError("SandboxEnv: concurrent reset/close on one env")
             self._sb = sb  # from here on close() releases it, whatever happens to this coroutine
         acquire_s = time.perf_counter() - t1
-        return await loop.run_in_executor(executor, self._begin_locked, task, limits, t0, acquire_s)
+        return await loop.run_in_executor(executor, self._begin_locked, task, limits, t0, acquire_s, snap)
 
-    def _prepare_reset(self, seed: int | None, options: dict | None) -> tuple[Task, AgentLimits]:
+    def _prepare_reset(self, seed: int | None, options: dict | None) -> tuple[Task, AgentLimits, Snapshot | None]:
         if self._closed:
             raise SandboxClosed("this SandboxEnv is closed")
         if _gym is not None:
@@ -299,6 +301,9 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         task = as_task(opts.get("task")) or self.task
         if task is None:
             raise ValueError("no task: pass reset(options={'task': Task or dict}) or SandboxEnv(task)")
+        snap = opts.get("snapshot")
+        if snap is not None and not isinstance(snap, Snapshot):
+            raise ValueError(f"reset option 'snapshot' must be a Snapshot (Sandbox.snapshot()), got {type(snap).__name__}")
 
         def pick(key: str, own: Any, default: Any) -> Any:  # reset option, else the env's, else the task's
             return opts[key] if opts.get(key) is not None else (own if own is not None else default)
@@ -309,7 +314,7 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
             max_wall_s=pick("max_wall_s", self.max_wall_s, task.timeout_s),
             max_format_errors=self.max_format_errors,
         )
-        return task, limits
+        return task, limits, snap
 
     def _ensure_pool(self, task: Task) -> SandboxPool:
         with self._lock:
@@ -324,15 +329,20 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
             t = self._templates[path] = PromptTemplate.load(path, mode="sandbox")
         return t
 
-    def _begin_locked(self, task: Task, limits: AgentLimits, t0: float, acquire_s: float) -> tuple[list[dict], dict]:
+    def _begin_locked(self, task: Task, limits: AgentLimits, t0: float, acquire_s: float,
+                      snap: Snapshot | None) -> tuple[list[dict], dict]:  # fmt: skip
         with self._lock:
-            return self._begin(task, limits, t0, acquire_s)
+            return self._begin(task, limits, t0, acquire_s, snap)
 
-    def _begin(self, task: Task, limits: AgentLimits, t0: float, acquire_s: float) -> tuple[list[dict], dict]:
-        """Set up the acquired sandbox and the loop for ``task`` (called with the lock held)."""
+    def _begin(self, task: Task, limits: AgentLimits, t0: float, acquire_s: float,
+               snap: Snapshot | None = None) -> tuple[list[dict], dict]:  # fmt: skip
+        """Set up the acquired sandbox (from ``snap`` when given) and the loop for ``task`` (called
+        with the lock held); the pool resets it to its own state when it is released."""
         sb = self._sb
         assert sb is not None
         try:
+            if snap is not None:
+                sb.reset(to=snap)
             paths = Paths.of(sb, self.layout)
             input_dir = stage_inputs(sb, task, paths)
             system, instance = self._template(task.prompt).render(task.query, task_inputs(task), paths=paths,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import math
 import time
 import traceback
@@ -48,10 +49,14 @@ from typing import Any
 from ..agent.outcome import ExitReason
 from ..agent.task import Task
 from ..config import SandboxConfig
-from ..errors import FormatError
+from ..errors import FormatError, SnapshotError
 from ..pool import SandboxPool
+from ..sandbox import Sandbox
+from ..snapshot import Snapshot
 from .actions import extract_tokens
 from .env import SandboxEnv, as_task
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Turn",
@@ -203,6 +208,8 @@ class Group:
     task: Task
     trajectories: list[Trajectory]
     advantages: list[float] = field(default_factory=list)
+    snapshot: str | None = None  # the prepared state every episode started from (run_groups(prepare=))
+    prepare_s: float = 0.0  # how long the preparation and its snapshot took
 
     @property
     def rewards(self) -> list[float]:
@@ -288,11 +295,12 @@ async def _episode(
     policy: _PolicyCaller,
     executor: Executor | None,
     tokenize_observation: Callable[[list[dict]], list[int]] | None,
+    snapshot: Snapshot | None = None,
 ) -> Trajectory:
     traj = Trajectory(task_id=task.id, sample=sample, seed=seed)
     start = time.perf_counter()
     try:
-        obs, _ = await env.reset_async(seed=seed, options={"task": task}, executor=executor)
+        obs, _ = await env.reset_async(seed=seed, options={"task": task, "snapshot": snapshot}, executor=executor)
         traj.reset_s = time.perf_counter() - start
         if tokenize_observation is not None:
             traj.prompt_token_ids = list(tokenize_observation(obs))
@@ -352,8 +360,16 @@ async def arun_groups(
     scale_advantages: bool = True,
     env_options: Mapping[str, Any] | None = None,
     on_trajectory: Callable[[Trajectory], None] | None = None,
+    prepare: Callable[..., Any] | None = None,
+    keep_snapshots: bool = False,
 ) -> list[Group]:
     """Run ``group_size`` episodes of every task, at most ``concurrency`` at once.
+
+    ``prepare``: ``prepare(sandbox)`` (or ``prepare(sandbox, task)``) runs once per task in a
+    sandbox of the pool (install packages, stage data, reach a mid-episode state); the sandbox's
+    state is snapshotted and every episode of the task's group starts from it (``Group.snapshot``,
+    ``Group.prepare_s``).  When it raises, the group's episodes are recorded with the error.  The
+    snapshots are removed at the end unless ``keep_snapshots``.
 
     ``pool``: sandboxes to use (shared, left open); without one, a pool of ``concurrency``
     sandboxes (default: the number of episodes, at most 16) is made from ``config`` (else the
@@ -383,8 +399,27 @@ async def arun_groups(
     policy_limit = asyncio.Semaphore(policy_concurrency) if policy_concurrency else None
     shared = _PolicyCaller(policy, executor, policy_limit) if policy is not None else None
     options = dict(env_options or {})
+    prepared: list[Snapshot | BaseException | None] = [None] * len(task_list)
+    prepare_s = [0.0] * len(task_list)
 
-    async def one(task: Task, k: int, ep_seed: int) -> Trajectory:
+    async def prep(i: int, task: Task) -> None:
+        async with running:
+            loop = asyncio.get_running_loop()
+            sb = await pool.acquire_async()
+            t0 = time.perf_counter()
+            try:
+                prepared[i] = await loop.run_in_executor(executor, _prepared, prepare, sb, task)
+            except Exception as e:  # recorded in the group's episodes
+                prepared[i] = e
+            finally:
+                prepare_s[i] = time.perf_counter() - t0
+                await loop.run_in_executor(executor, pool.release, sb)
+
+    async def one(task: Task, k: int, ep_seed: int, i: int) -> Trajectory:
+        snap = prepared[i]
+        if isinstance(snap, BaseException):
+            return Trajectory(task_id=task.id, sample=k, seed=ep_seed,
+                              error=f"prepare failed: {type(snap).__name__}: {snap}")  # fmt: skip
         async with running:
             env = SandboxEnv(pool=pool, **options)
             try:
@@ -397,13 +432,15 @@ async def arun_groups(
                 env.close()
                 return Trajectory(task_id=task.id, sample=k, seed=ep_seed, error=f"{type(e).__name__}: {e}",
                                   traceback=traceback.format_exc())  # fmt: skip
-            traj = await _episode(env, task, k, ep_seed, caller, executor, tokenize_observation)
+            traj = await _episode(env, task, k, ep_seed, caller, executor, tokenize_observation, snap)
             if on_trajectory is not None:
                 on_trajectory(traj)
             return traj
 
     try:
-        jobs = [one(t, k, seed + i * group_size + k) for i, t in enumerate(task_list) for k in range(group_size)]
+        if prepare is not None:
+            await asyncio.gather(*(prep(i, t) for i, t in enumerate(task_list)))
+        jobs = [one(t, k, seed + i * group_size + k, i) for i, t in enumerate(task_list) for k in range(group_size)]
         # return_exceptions=True: on cancellation, gather returns only when every episode has run its
         # cleanup (with False it gives up at the first cancelled episode, sandboxes still held)
         results = await asyncio.gather(*jobs, return_exceptions=True)
@@ -414,12 +451,38 @@ async def arun_groups(
         executor.shutdown(wait=False)
         if own_pool:
             pool.close()
+        if not keep_snapshots:
+            _remove_snapshots([s for s in prepared if isinstance(s, Snapshot)])
     groups = []
     for i, task in enumerate(task_list):
         g = Group(task, list(results[i * group_size : (i + 1) * group_size]))
+        snap = prepared[i]
+        g.snapshot, g.prepare_s = (snap.name if isinstance(snap, Snapshot) else None), prepare_s[i]
         g.compute_advantages(scale=scale_advantages)
         groups.append(g)
     return groups
+
+
+def _prepared(prepare: Callable[..., Any], sb: Sandbox, task: Task) -> Snapshot:
+    """Run ``prepare`` in ``sb`` (with the task when it takes two arguments), then snapshot it."""
+    try:
+        two = len(inspect.signature(prepare).parameters) >= 2
+    except (TypeError, ValueError):  # a builtin, say
+        two = False
+    if two:
+        prepare(sb, task)
+    else:
+        prepare(sb)
+    return sb.snapshot()
+
+
+def _remove_snapshots(snaps: list[Snapshot]) -> None:
+    for name in {s.name for s in snaps}:  # two tasks may have prepared the same state
+        snap = next(s for s in snaps if s.name == name)
+        try:
+            snap.store.remove(name)
+        except SnapshotError as e:  # in use elsewhere (a sandbox the caller still holds): left
+            log.info("run_groups: snapshot %s left in the store: %s", snap, e.message)
 
 
 def run_groups(
