@@ -14,7 +14,7 @@ from sandboxlite.cli import main
 from sandboxlite.rootfs import image_root
 
 STAT_KEYS = ("median_ms", "p90_ms", "p99_ms", "min_ms", "max_ms")
-BASELINES = {"raw_bwrap", "unshare", "posix_spawn", "subprocess_run", "host", "docker", "podman", "runc"}
+BASELINES = {"raw_bwrap", "unshare", "sandlock", "posix_spawn", "subprocess_run", "host", "docker", "podman", "runc"}
 
 
 def run(*args):
@@ -62,6 +62,10 @@ def test_bench_quick_on_lean(tmp_path):
         if runtimes[rt]["status"] != "ok":
             assert rows[("cold_true", rt)]["status"] == runtimes[rt]["status"]
     assert rows[("cold_numpy", "raw_bwrap")]["n"] > 0  # the same rootfs: the image's numpy
+    # sandlock (the [sandlock] extra, installed by setup): measured, its missing isolation said
+    assert runtimes["sandlock"]["status"] == "ok" and rows[("cold_true", "sandlock")]["n"] > 0
+    assert any("no user namespace" in x for x in runtimes["sandlock"]["isolation_lacks"])
+    assert "note: sandlock's isolation:" in r.output
     assert rows[("write_1MiB", "host")]["mb_per_s"] > 0 and rows[("read_1MiB", "sandboxlite")]["mb_per_s"] > 0
     for metric in ("agent_episode", "agent_step"):
         assert rows[(metric, "sandboxlite")]["n"] > 0 and rows[(metric, "sandboxlite_pool")]["n"] > 0

@@ -5,9 +5,12 @@ Timing numbers are not asserted here (performance claims live in bench/, not in 
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,3 +54,26 @@ def test_bench_demo_runs_counts_answered_and_right(tmp_path):
     assert rows["demo_004"]["answered"] == 1.0 and rows["demo_004"]["right"] == 0.0  # 0 is not 42
     assert rows["zero"]["answered"] == rows["zero"]["right"] == 1.0
     assert "demo_004" in r.stdout and "answered" in r.stdout
+
+
+def test_the_sandlock_baseline_runs_confined_over_the_image(tmp_path):
+    """PyPI sandlock (the [sandlock] extra) over the science image: commands run, the image stays
+    read-only, writes land in the baseline's scratch directory, and what it lacks is measured."""
+    from sandboxlite import rootfs as rootfs_mod
+    from sandboxlite.bench.baselines import Context, make_runtimes
+
+    ctx = Context(rootfs="science", plan=rootfs_mod.resolve("science"), cgroups="auto", log=lambda m: None,
+                  scratch=tmp_path)
+    rt = make_runtimes(["sandlock"], ctx)["sandlock"]
+    assert rt.reason is None, rt.reason
+    try:
+        assert rt.cold(["/bin/true"])() > 0
+        r = rt.mod.Sandbox(**rt.kwargs).run(["/bin/sh", "-c", "echo x > /tmp/w && touch /etc/w; echo $?"], timeout=30)
+        assert r.stdout.strip().endswith(b"1") and (rt.scratch / "w").read_text() == "x\n"
+        assert not os.path.exists(os.path.join(ctx.image_dir, "etc", "w"))
+        lacks = " ".join(rt.info["isolation_lacks"])
+        assert "host uid" in lacks and "namespace" in lacks and "copy-on-write" in lacks
+        with pytest.raises(RuntimeError, match="sandlock run exited"):
+            rt.cold(["/bin/false"])()
+    finally:
+        rt.cleanup()

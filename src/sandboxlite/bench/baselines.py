@@ -10,6 +10,8 @@
 ``podman``         the same with podman
 ``runc``           ``runc run`` of an OCI bundle whose root is the image directory (read-only)
 ``host``           file metrics: the same bytes written to / read from a host tmpfs
+``sandlock``       PyPI ``sandlock`` (Landlock + seccomp, no namespaces): ``Sandbox(...).run(CMD)``,
+                   configured as close to sandboxlite as it allows (the ``sandlock`` extra)
 =================  ===============================================================================
 
 Every runtime says why it cannot run (``reason``) instead of disappearing from the report.
@@ -21,6 +23,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -45,7 +48,7 @@ from .core import (
     spawn,
 )
 
-LOCAL = ["raw_bwrap", "unshare", "posix_spawn", "subprocess_run", "host"]
+LOCAL = ["raw_bwrap", "unshare", "sandlock", "posix_spawn", "subprocess_run", "host"]
 CONTAINERS = ["docker", "podman", "runc"]
 ALL = LOCAL + CONTAINERS
 LABEL = "sandboxlite-bench"
@@ -613,8 +616,69 @@ class HostFiles(Runtime):
         raise Unavailable("not applicable")
 
 
-CLASSES: dict[str, type[Runtime]] = {c.name: c for c in (RawBwrap, Unshare, PosixSpawn, SubprocessRun, HostFiles,
-                                                           Docker, Podman, Runc)}  # fmt: skip
+class Sandlock(Runtime):
+    name = "sandlock"
+    description = ("sandlock (PyPI) Sandbox.run(CMD): Landlock + seccomp-notify in the caller's namespaces; "
+                   "read-only image (chroot), one writable scratch directory, no network, limits on")  # fmt: skip
+
+    def prepare(self) -> None:
+        try:
+            import sandlock
+        except ImportError:
+            raise Unavailable("PyPI sandlock is not installed (pip install 'sandboxlite[sandlock]')") from None
+        self.mod = sandlock
+        self.scratch = Path(tempfile.mkdtemp(prefix="sandlock-", dir=self.ctx.scratch))
+        image = self.ctx.image_dir
+        # as close to sandboxlite's defaults as it goes: the image read-only at /, one writable
+        # directory, no network, process/memory/file limits, a clean environment, no core dumps
+        # (with chroot= its paths are the image's: /tmp is the scratch directory mapped in)
+        place = {"fs_writable": ["/tmp"], "fs_mount": {"/tmp": str(self.scratch)}} if image else \
+            {"fs_writable": [str(self.scratch)]}  # fmt: skip
+        self.kwargs = dict(fs_readable=["/"], chroot=image, max_processes=512, max_memory="4G",
+                           max_open_files=1024, clean_env=True, env=HOST_ENV, no_coredump=True, **place)  # fmt: skip
+        self.info["version"] = getattr(sandlock, "__version__", "?")
+        self.info["config"] = {k: v for k, v in self.kwargs.items() if k != "env"}
+        probe = "id -u; grep -E 'CapEff|NSpid' /proc/self/status; readlink /proc/self/ns/pid /proc/self/ns/mnt"
+        # who its command is: asked over the host's root (the image has no /proc of its own)
+        r = sandlock.Sandbox(fs_readable=["/"], clean_env=True, env=HOST_ENV).run(["/bin/sh", "-c", probe], timeout=30)
+        if not r.success:
+            why = (r.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {r.exit_code}"]
+            raise Unavailable(f"sandlock could not run a command here: {why[0][:200]}")
+        text = r.stdout.decode(errors="replace")
+        uid = text.split()[0] if text.split() else "?"
+        cap = re.search(r"CapEff:\s*([0-9a-f]+)", text)
+        ns = set(re.findall(r"\w+:\[\d+\]", text))
+        own = {os.readlink(f"/proc/self/ns/{n}") for n in ("pid", "mnt")}
+        self.info["observed"] = " ".join(text.split())
+        self.info["isolation_lacks"] = [
+            f"its command runs as host uid {uid}, the caller's (no user namespace)",
+            f"it keeps the caller's capabilities (CapEff {cap.group(1)})" if cap and cap.group(1).strip("0") else
+            "no capabilities kept",
+            "no PID, mount, network, IPC or UTS namespace: " + ("the host's own" if ns and ns <= own else
+                                                              f"seen {sorted(ns)}"),
+            "no copy-on-write root: the image is read-only, writes go to one host directory (shared by every run)",
+        ]  # fmt: skip
+
+    def cold(self, cmd):
+        box = self.mod.Sandbox
+
+        def one() -> float:
+            t0 = time.perf_counter_ns()
+            r = box(**self.kwargs).run(cmd, timeout=60)
+            t1 = time.perf_counter_ns()
+            if not r.success:
+                raise RuntimeError(f"sandlock run exited {r.exit_code}: {(r.stderr or b'').decode(errors='replace')[-200:]}")
+            return ms(t1 - t0)
+
+        return one
+
+    def cleanup(self) -> None:
+        if getattr(self, "scratch", None) is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+CLASSES: dict[str, type[Runtime]] = {c.name: c for c in (RawBwrap, Unshare, Sandlock, PosixSpawn, SubprocessRun,
+                                                           HostFiles, Docker, Podman, Runc)}  # fmt: skip
 
 
 def make_runtimes(names: list[str], ctx: Context) -> dict[str, Runtime]:

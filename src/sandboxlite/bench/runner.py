@@ -153,6 +153,9 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
         needed.add("raw_bwrap")
     ctx = Context(rootfs=rootfs_spec, plan=rootfs_mod.resolve(rootfs_spec), cgroups=opts.cgroups, log=log)
     runtimes = make_runtimes([n for n in requested if n in needed], ctx)
+    for rt in runtimes.values():  # a baseline weaker than sandboxlite says how, beside its numbers
+        for lack in rt.info.get("isolation_lacks", ()):
+            log(f"note: {rt.name}'s isolation: {lack}")
 
     leak = LeakCheck()
     doc: dict[str, Any] = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": opts.command,

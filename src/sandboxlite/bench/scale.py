@@ -21,7 +21,7 @@ from typing import Any
 from .baselines import Runtime
 from .core import SANDBOXLITE, TRUE_CMD, Unavailable, meminfo_kib, percentile, short_error
 
-THROUGHPUT_BASELINES = ["raw_bwrap", "unshare", "posix_spawn", "docker", "podman", "runc"]
+THROUGHPUT_BASELINES = ["raw_bwrap", "unshare", "sandlock", "posix_spawn", "docker", "podman", "runc"]
 DENSITY_BASELINES = ["raw_bwrap", "unshare", "posix_spawn", "docker", "podman", "runc"]
 HEAVY = ("docker", "podman", "runc")  # capped by density_baseline_max
 MEMORY_SAMPLE = 50  # trees whose memory is read (psutil reads every smaps: slow for 1000)
