@@ -130,6 +130,17 @@ def test_the_size_cap_refuses_and_leaves_nothing(sb):
     assert sb.exec("wc -c < /testbed/big").stdout_text.strip() == "3000000"  # the sandbox runs on
 
 
+def test_a_sparse_file_is_kept_sparse(sb):
+    sb.exec("truncate -s 1G /tmp/sparse && printf end | dd of=/tmp/sparse bs=1 seek=1073741821 conv=notrunc 2>/dev/null; "
+            "head -c 2000 /dev/urandom > /tmp/small")
+    snap = sb.snapshot(max_bytes=1 << 20)  # counted by what it holds, not by its size
+    st = os.lstat(os.path.join(_layer(snap), "tmp", "sparse"))
+    assert st.st_size == 1 << 30 and st.st_blocks * 512 <= 1 << 20
+    with Sandbox(snapshot=snap) as c:
+        assert c.exec("tail -c 3 /tmp/sparse; cmp /tmp/small /tmp/small && wc -c < /tmp/small").stdout_text == "end2000\n"
+        assert c.exec("md5sum < /tmp/small").stdout_text == sb.exec("md5sum < /tmp/small").stdout_text
+
+
 def test_what_a_snapshot_keeps_is_safe_on_the_host(sb):
     r = sb.exec("cp /bin/true /testbed/suid && chmod 4755 /testbed/suid; chmod 2755 /testbed; "
                 "ln -s /etc/shadow /testbed/link; ln /testbed/suid /testbed/hard; mkfifo /testbed/fifo; "

@@ -132,13 +132,15 @@ def scan_tree(top: str, *, owner: int | None = None, chown: tuple[int, int] | No
                 raise SnapshotError(f"snapshot {top}: {name} is not a directory")
     finally:
         os.close(top_fd)
+    cut = len(top.rstrip("/")) + 1
     for dirpath, dirnames, filenames, dfd in os.fwalk(top, follow_symlinks=False):
         dirnames.sort()  # the walk's order, and so the digest, is the paths' order
+        prefix = dirpath[cut:] + "/" if len(dirpath) >= cut else ""
         for name in sorted(dirnames + filenames):
             if chown is not None:
                 os.chown(name, *chown, dir_fd=dfd, follow_symlinks=False)
             st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            rel = os.path.relpath(os.path.join(dirpath, name), top)
+            rel = prefix + name
             size += _check_entry(top, rel, st, owner)
             files += 1
             if h is not None:
@@ -178,8 +180,10 @@ def _hash_entry(h, rel: str, name: str, dfd: int, st: os.stat_result) -> None:
                 h.update(b"x" + k.encode() + b"=" + v + b"\0")
             if stat.S_ISREG(st.st_mode):
                 h.update(b"%d\0" % st.st_size)
-                with os.fdopen(os.dup(fd), "rb") as f:
-                    h.update(hashlib.file_digest(f, "sha256").digest())
+                data = hashlib.sha256()
+                while chunk := os.read(fd, 1 << 20):
+                    data.update(chunk)
+                h.update(data.digest())
         finally:
             os.close(fd)
     h.update(b"\n")
