@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import psutil
 import pytest
@@ -33,18 +34,27 @@ def tree(pid: int) -> list[int]:
 
 def jail_tree(sb) -> list[int]:
     """Host pids of the processes in a sandbox other than its own machinery (the executor
-    and the supervisor it keeps ready for the next command, both running the executor)."""
+    and the supervisor it keeps ready for the next command, both running the executor).
+
+    A process already exiting (its memory released: no cmdline, not yet a zombie) counts only if
+    it is still there a second later: right after a reset the generation's builder (a child of
+    the executor, reaped when its SIGCHLD is read) is one for an instant, which made tests that
+    look right after a reset fail now and then."""
     try:
         ex = psutil.Process(sb.executor_pid)
         mine = ex.cmdline()
-        out = []
+        out, exiting = [], []
         for c in ex.children(recursive=True):
             try:
                 if c.status() != psutil.STATUS_ZOMBIE and c.cmdline() != mine:
-                    out.append(c.pid)
+                    (exiting if not c.cmdline() else out).append(c)
             except psutil.NoSuchProcess:
                 continue
-        return out
+        deadline = time.monotonic() + 1.0
+        while exiting and time.monotonic() < deadline:
+            exiting = [c for c in exiting if alive(c.pid)]
+            time.sleep(0.01)
+        return [c.pid for c in out + exiting]
     except psutil.NoSuchProcess:
         return []
 

@@ -370,8 +370,11 @@ def test_a_failing_preparation_is_recorded_in_its_group(pool):
     def prepare(sb):
         raise RuntimeError("no wheel here")
 
-    (g,) = run_groups(answer_then_submit(2), [task(1)], group_size=2, pool=pool, prepare=prepare)
+    seen = []
+    (g,) = run_groups(answer_then_submit(2), [task(1)], group_size=2, pool=pool, prepare=prepare,
+                      on_trajectory=seen.append)  # fmt: skip
     assert [t.error for t in g.trajectories] == ["prepare failed: RuntimeError: no wheel here"] * 2
+    assert seen == g.trajectories  # reported as every other trajectory is
     assert g.snapshot is None and pool.in_use == 0
 
 

@@ -418,8 +418,11 @@ async def arun_groups(
     async def one(task: Task, k: int, ep_seed: int, i: int) -> Trajectory:
         snap = prepared[i]
         if isinstance(snap, BaseException):
-            return Trajectory(task_id=task.id, sample=k, seed=ep_seed,
-                              error=f"prepare failed: {type(snap).__name__}: {snap}")  # fmt: skip
+            failed = Trajectory(task_id=task.id, sample=k, seed=ep_seed,
+                                error=f"prepare failed: {type(snap).__name__}: {snap}")  # fmt: skip
+            if on_trajectory is not None:
+                on_trajectory(failed)
+            return failed
         async with running:
             env = SandboxEnv(pool=pool, **options)
             try:
