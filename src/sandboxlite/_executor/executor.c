@@ -1230,16 +1230,23 @@ static struct {
 } paused[MAX_PAUSED];
 static int n_paused;
 
-/* A process's state letter from PID/stat (0: gone), and its name when asked. */
-static char proc_state(pid_t pid, char *comm, size_t clen) {
-  char path[32], buf[512];
-  snprintf(path, sizeof path, "%d/stat", (int)pid);
+/* The start of /proc/PID/WHAT (of the PID namespace) in buf, NUL-terminated: its length, or 0. */
+static ssize_t proc_read(pid_t pid, const char *what, char *buf, size_t size) {
+  char path[48];
+  snprintf(path, sizeof path, "%d/%s", (int)pid, what);
   int fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
+  ssize_t n = read(fd, buf, size - 1);
   close(fd);
   if (n <= 0) return 0;
   buf[n] = 0;
+  return n;
+}
+
+/* A process's state letter from PID/stat (0: gone), and its name when asked. */
+static char proc_state(pid_t pid, char *comm, size_t clen) {
+  char buf[512];
+  if (!proc_read(pid, "stat", buf, sizeof buf)) return 0;
   char *l = strchr(buf, '('), *r = strrchr(buf, ')');
   if (!l || !r || r < l || r[1] != ' ' || !r[2]) return '?';
   if (comm && clen) {
@@ -1255,14 +1262,8 @@ static char proc_state(pid_t pid, char *comm, size_t clen) {
  * wait is uninterruptible (state D), and lasts as long as the child is stopped: the parent does
  * nothing meanwhile, so it counts as paused (dash runs commands with vfork). */
 static int in_vfork(pid_t pid) {
-  char path[32], buf[64];
-  snprintf(path, sizeof path, "%d/syscall", (int)pid);
-  int fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
+  char buf[64];
+  if (!proc_read(pid, "syscall", buf, sizeof buf)) return 0;
   char *end;
   long nr = strtol(buf, &end, 10);
   if (end == buf) return 0;
