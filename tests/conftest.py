@@ -11,6 +11,27 @@ import pytest
 from sandboxlite import Sandbox
 
 
+def pytest_configure(config):
+    """The suite keeps its snapshots in a store of its own (removed at the end), not in the user's
+    (``/dev/shm/sandboxlite-UID/snapshots``, where every run's would pile up); a test that wants
+    another store sets ``SANDBOXLITE_SNAPSHOTS`` itself."""
+    import tempfile
+
+    if "SANDBOXLITE_SNAPSHOTS" not in os.environ:
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        config._sandboxlite_snapshots = tempfile.mkdtemp(prefix="sandboxlite-tests-snapshots-", dir=shm)
+        os.environ["SANDBOXLITE_SNAPSHOTS"] = config._sandboxlite_snapshots
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    own = getattr(config, "_sandboxlite_snapshots", None)
+    if own is not None:
+        os.environ.pop("SANDBOXLITE_SNAPSHOTS", None)
+        shutil.rmtree(own, ignore_errors=True)
+
+
 @pytest.fixture
 def sb():
     with Sandbox() as s:

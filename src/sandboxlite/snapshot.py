@@ -137,9 +137,10 @@ def scan_tree(top: str, *, owner: int | None = None, chown: tuple[int, int] | No
         dirnames.sort()  # the walk's order, and so the digest, is the paths' order
         prefix = dirpath[cut:] + "/" if len(dirpath) >= cut else ""
         for name in sorted(dirnames + filenames):
-            if chown is not None:
-                os.chown(name, *chown, dir_fd=dfd, follow_symlinks=False)
             st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if chown is not None and (st.st_uid, st.st_gid) != chown:  # (most are the owner's already)
+                os.chown(name, *chown, dir_fd=dfd, follow_symlinks=False)
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
             rel = prefix + name
             size += _check_entry(top, rel, st, owner)
             files += 1
@@ -181,8 +182,12 @@ def _hash_entry(h, rel: str, name: str, dfd: int, st: os.stat_result) -> None:
             if stat.S_ISREG(st.st_mode):
                 h.update(b"%d\0" % st.st_size)
                 data = hashlib.sha256()
-                while chunk := os.read(fd, 1 << 20):
+                got = 0  # (reads sized by the stat: a 1 MiB buffer per small file costs an mmap)
+                while chunk := os.read(fd, min(st.st_size - got, 1 << 20) + 1):
                     data.update(chunk)
+                    got += len(chunk)
+                if got != st.st_size:
+                    raise SnapshotError(f"snapshot: {rel} changed size while it was hashed")
                 h.update(data.digest())
         finally:
             os.close(fd)
