@@ -125,3 +125,72 @@ def test_ray_overhead_bench_quick(tmp_path) -> None:
     doc = json.loads(out.read_text())
     assert doc["schema"] == "sandboxlite.bench.rl_ray/1"
     assert len(doc["per_episode_ms"]["ray"]["samples"]) == 2 and doc["per_episode_ms"]["in_process"]["p50"] > 0
+
+
+# -- prepared states (snapshots) ---------------------------------------------------------------------
+def _prepare(sb, task):
+    sb.exec(f"echo {task.metadata['answer']} > /testbed/prepared; echo {task.id} > /tmp/mark")
+
+
+def _cheat_then_dirty(task, sample, seed):
+    """Answers what the preparation left, then spoils it for any episode after it in the same sandbox."""
+    from sandboxlite.agent.model import FakeModel
+
+    return FakeModel([{"tool": "execute_bash", "arguments": {"command": "cat /testbed/prepared > /testbed/output/"
+                                                                         "answer.txt; echo spoiled > /testbed/prepared"}},
+                      {"tool": "submit", "arguments": {}}])  # fmt: skip
+
+
+def _no_wheel(sb):
+    raise RuntimeError("no wheel here")
+
+
+def test_groups_over_actors_start_from_a_prepared_state(local_ray) -> None:
+    from sandboxlite.host import default_host
+
+    with RayRollouts(rootfs="lean", sandboxes_per_actor=2, actors_per_node=2) as cluster:
+        groups = cluster.run_groups(policy_factory=_cheat_then_dirty, tasks=_tasks(3), group_size=4, prepare=_prepare)
+        info = cluster.info()
+    for g in groups:
+        assert [t.task_reward for t in g.trajectories] == [1.0] * 4, [t.error for t in g.trajectories]
+        assert g.snapshot is not None and g.prepare_s > 0
+    assert len({g.snapshot for g in groups}) == 3
+    assert len({t.pid for g in groups for t in g.trajectories}) == 2  # both actors ran episodes of them
+    assert sum(i["snapshots_imported"] for i in info.values()) == 0  # one node: one store, nothing shipped
+    names = {s.name for s in default_host().snapshot_store().list()}
+    assert not names & {g.snapshot for g in groups}  # removed at the end
+
+
+def test_a_failing_preparation_is_recorded_over_actors(local_ray) -> None:
+    with RayRollouts(rootfs="lean", sandboxes_per_actor=2) as cluster:
+        (g,) = cluster.run_groups(policy_factory=_factory, tasks=_tasks(1), group_size=2, prepare=_no_wheel)
+    assert [t.error for t in g.trajectories] == ["prepare failed: RuntimeError: no wheel here"] * 2
+    assert g.snapshot is None and cluster.stats.episodes == 0
+
+
+def test_ensure_snapshot_imports_a_shipped_export_once(tmp_path) -> None:
+    from sandboxlite import Sandbox
+    from sandboxlite.errors import SnapshotError
+    from sandboxlite.rl.cluster import ensure_snapshot
+    from sandboxlite.snapshot import Store
+    from sandboxlite.snapshot_io import export
+
+    with Sandbox(rootfs="lean") as sb:
+        sb.exec("echo shipped > /testbed/s")
+        snap = sb.snapshot()
+        sb.exec("echo other > /testbed/s")
+        other = sb.snapshot()
+    try:
+        data = export(snap, tmp_path / "s.tar.zst").read_bytes()
+        elsewhere = Store(tmp_path / "node2")  # another node's store
+        with pytest.raises(SnapshotError, match="not shipped"):
+            ensure_snapshot(elsewhere, snap.name, None)
+        got, imported = ensure_snapshot(elsewhere, snap.name, data)
+        assert imported and got.name == snap.name
+        assert (tmp_path / "node2" / "layers" / snap.name / "testbed" / "s").read_text() == "shipped\n"
+        assert ensure_snapshot(elsewhere, snap.name, None) == (elsewhere.meta(snap.name), False)
+        with pytest.raises(SnapshotError, match="expected"):  # an export of another state under this name
+            ensure_snapshot(Store(tmp_path / "node3"), snap.name, export(other, tmp_path / "o.tar.zst").read_bytes())
+    finally:
+        for s in (other, snap):
+            s.store.remove(s.name)

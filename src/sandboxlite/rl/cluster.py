@@ -18,6 +18,12 @@
   The sandboxes of a dead actor die with its process (the jail is tied to its parent).
 - The policy (a model object, a function, or ``policy_factory``) is pickled to the actors, so on a
   real cluster it should call an inference server rather than hold weights.
+- ``run_groups(..., prepare=fn)``: ``fn(sandbox)`` (or ``fn(sandbox, task)``) runs once per task on
+  one actor, which snapshots the state; the group's episodes start from that snapshot wherever they
+  run.  When the actors span several nodes the snapshot is exported once (a .tar.zst in the object
+  store) and an actor on another node imports it (checked: content names, no devices, no setuid)
+  before its first episode of the group.  The snapshots are removed at the end unless
+  ``keep_snapshots=True``.
 
 Ray is an optional dependency (the ``[ray]`` extra); importing this module does not need it,
 creating a ``RayRollouts`` does.
@@ -25,8 +31,11 @@ creating a ``RayRollouts`` does.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -35,11 +44,13 @@ from typing import Any
 
 from ..agent.task import Task
 from ..config import SandboxConfig
-from ..errors import ConfigError, SetupError
+from ..errors import ConfigError, SetupError, SnapshotError
 from .env import as_task
 from .rollouts import Group, Trajectory, Turn
 
-__all__ = ["RayRollouts", "PoolActor", "ensure_image", "ClusterStats"]
+log = logging.getLogger(__name__)
+
+__all__ = ["RayRollouts", "PoolActor", "ensure_image", "ensure_snapshot", "ClusterStats"]
 
 
 def _ray() -> Any:
@@ -69,6 +80,26 @@ def ensure_image(name: str, digest: str, data: bytes | None) -> bool:
     return True
 
 
+def ensure_snapshot(store: Any, name: str, data: bytes | None) -> tuple[Any, bool]:
+    """Snapshot ``name`` in ``store`` (snapshot.Store): kept already, or imported from ``data`` (its
+    export, a .tar.zst); (the Snapshot, whether it had to be imported).  SnapshotError when it is
+    missing and ``data`` is None, or ``data`` is not snapshot ``name``."""
+    from ..snapshot_io import import_
+
+    try:
+        return store.meta(name), False
+    except SnapshotError:
+        if data is None:
+            raise SnapshotError(f"snapshot {name[:12]} is not on this node and was not shipped") from None
+    with tempfile.TemporaryDirectory(prefix="sandboxlite-ship-") as tmp:
+        archive = Path(tmp) / "snapshot.tar.zst"
+        archive.write_bytes(data)
+        snap = import_(store, archive)
+    if snap.name != name:
+        raise SnapshotError(f"the shipped snapshot is {snap.name[:12]}, expected {name[:12]}")
+    return snap, True
+
+
 class PoolActor:
     """One node's share of the work: a warm pool, episodes run on it (made a Ray actor by the client)."""
 
@@ -81,15 +112,73 @@ class PoolActor:
             self.imported = ensure_image(name, digest, data)
         self.pool = SandboxPool(config, size=size)
         self.episodes = 0
+        self.snapshots_imported = 0
+        self._snaps: dict[str, Any] = {}  # prepared or imported here: name -> Snapshot
+        self._snap_lock = threading.Lock()  # (a threaded actor: two episodes may want one import)
+
+    def prepare(self, prepare: Any, task: dict, ship: bool) -> tuple[dict, bytes | None]:
+        """Run ``prepare`` for ``task`` in a pooled sandbox and snapshot it: ({"name", "prepare_s"} or
+        {"error", "prepare_s"}, and with ``ship`` the snapshot's export for the other nodes)."""
+        from ..snapshot_io import export
+        from .rollouts import _prepared
+
+        t0 = time.perf_counter()
+        try:
+            with self.pool.sandbox() as sb:
+                snap = _prepared(prepare, sb, as_task(task))
+        except Exception as e:  # recorded in the group's episodes
+            return {"error": f"{type(e).__name__}: {e}", "prepare_s": time.perf_counter() - t0}, None
+        meta = {"name": snap.name, "prepare_s": time.perf_counter() - t0}
+        with self._snap_lock:
+            self._snaps[snap.name] = snap
+        if not ship:
+            return meta, None
+        with tempfile.TemporaryDirectory(prefix="sandboxlite-ship-") as tmp:
+            return meta, export(snap, Path(tmp) / "snapshot.tar.zst").read_bytes()
+
+    def _snapshot(self, name: str, shipped: list) -> Any:
+        """Snapshot ``name`` on this node, imported from ``shipped`` ([an object ref of its export],
+        fetched only when needed) the first time."""
+        with self._snap_lock:
+            if name in self._snaps:
+                return self._snaps[name]
+            from ..host import default_host
+
+            store = default_host().snapshot_store()  # (the pool's sandboxes run on the default host)
+            try:
+                snap = store.meta(name)
+            except SnapshotError:
+                data = _ray().get(shipped[0]) if shipped and shipped[0] is not None else None
+                snap, _ = ensure_snapshot(store, name, data)
+                self.snapshots_imported += 1
+            self._snaps[name] = snap
+            return snap
+
+    def drop_snapshots(self, names: list[str]) -> list[str]:
+        """Remove the snapshots ``names`` this actor prepared or imported; what could not be removed
+        (still in use, or another actor of this node removed it first: not listed)."""
+        left = []
+        with self._snap_lock:
+            for name in names:
+                snap = self._snaps.pop(name, None)
+                if snap is None:
+                    continue
+                try:
+                    snap.store.remove(snap.name)
+                except SnapshotError as e:
+                    if "no snapshot" not in e.message:
+                        left.append(f"{name[:12]}: {e.message}")
+        return left
 
     def run_episode(self, episode_id: str, policy: Any, task: dict, sample: int, seed: int | None,
-                    env_options: dict) -> dict:  # fmt: skip
+                    env_options: dict, snapshot: tuple[str, list] | None = None) -> dict:  # fmt: skip
         from .rollouts import rollout
 
         t = as_task(task)
         if callable(policy) and getattr(policy, "_sandboxlite_factory", False):
             policy = policy(t, sample, seed)
-        traj = rollout(policy, t, pool=self.pool, seed=seed, **env_options)
+        snap = self._snapshot(*snapshot) if snapshot is not None else None
+        traj = rollout(policy, t, pool=self.pool, seed=seed, snapshot=snap, **env_options)
         traj.sample = sample
         self.episodes += 1
         out = traj.to_dict()
@@ -99,7 +188,8 @@ class PoolActor:
     def info(self) -> dict:
         s = self.pool.stats
         return {"pid": os.getpid(), "node_id": _node_id(), "episodes": self.episodes, "imported": self.imported,
-                "acquires": s.acquires, "resets": s.resets, "replacements": s.replacements}  # fmt: skip
+                "snapshots_imported": self.snapshots_imported, "acquires": s.acquires, "resets": s.resets,
+                "replacements": s.replacements}  # fmt: skip
 
     def close(self) -> None:
         self.pool.close()
@@ -205,60 +295,115 @@ class RayRollouts:
         seed: int = 0,
         env_options: Mapping[str, Any] | None = None,
         scale_advantages: bool = True,
+        prepare: Callable[..., Any] | None = None,
+        keep_snapshots: bool = False,
     ) -> list[Group]:
-        """G episodes per task over the cluster; the same ``Group`` records as ``rl.run_groups``."""
+        """G episodes per task over the cluster; the same ``Group`` records as ``rl.run_groups``
+        (``prepare`` and ``keep_snapshots`` as there: see the module's docstring)."""
         ray = _ray()
         if (policy is None) == (policy_factory is None):
             raise ConfigError("policy", "give either a policy or a policy_factory")
         task_list = [as_task(t) for t in tasks]
         shipped = ray.put(_Factory(policy_factory) if policy_factory is not None else policy)
         options = dict(env_options or {})
-        queue: deque[tuple[int, int, int]] = deque((g, k, 1) for g in range(len(task_list)) for k in range(group_size))
+        # jobs: (kind, group, sample, attempt); a group's episodes are queued once its preparation is done
+        queue: deque[tuple[str, int, int, int]] = deque()
+        if prepare is not None:
+            shipped_prepare = ray.put(prepare)
+            ship = len({info.get("node_id") for info in self.actor_info.values()}) > 1  # (a store per node)
+            queue.extend(("prepare", g, 0, 1) for g in range(len(task_list)))
+        else:
+            queue.extend(("episode", g, k, 1) for g in range(len(task_list)) for k in range(group_size))
+        prepared: dict[int, tuple[str, list]] = {}  # group -> (snapshot name, [ref of its export or None])
+        prepare_s = [0.0] * len(task_list)
+        exports: dict[Any, Any] = {}  # a preparation's ref -> the ref of its export
         results: dict[tuple[int, int], Trajectory] = {}
-        inflight: dict[Any, tuple[tuple[int, int, int], str]] = {}
+        inflight: dict[Any, tuple[tuple[str, int, int, int], str]] = {}
         load = {name: 0 for name in self.actors}
         task_dicts = [t.to_dict() for t in task_list]
-        while queue or inflight:
-            while queue and any(load[a] < self.capacity for a in self.actors):
-                name = min(self.actors, key=lambda a: load[a])  # least loaded live actor
-                g, k, attempt = queue.popleft()
-                ref = self.actors[name].run_episode.remote(f"{g}:{k}", shipped, task_dicts[g], k, seed + g * group_size + k,
-                                                           options)  # fmt: skip
-                inflight[ref] = ((g, k, attempt), name)
-                load[name] += 1
-            if not inflight:
-                raise SetupError(f"no live pool actor is left ({len(self.stats.actors_lost)} lost: "
-                                 f"{', '.join(self.stats.actors_lost)}); {len(queue)} episodes not run")  # fmt: skip
-            done, _ = ray.wait(list(inflight), num_returns=1)
-            ref = done[0]
-            (g, k, attempt), name = inflight.pop(ref)
-            if name in load:
-                load[name] -= 1
-            try:
-                d = ray.get(ref)
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
-                self._lost(name)
-                if attempt < self.max_attempts:
-                    self.stats.retried += 1
-                    queue.appendleft((g, k, attempt + 1))
-                else:
-                    self.stats.failed += 1
-                    results[(g, k)] = self._failed(task_list[g], k, f"gave up after {attempt} attempts: {e}")
-                continue
-            except ray.exceptions.RayTaskError as e:  # a bug in the episode code itself: recorded, not retried
-                results[(g, k)] = self._failed(task_list[g], k, f"{type(e).__name__}: {e}")
-                continue
-            if (g, k) in results:  # never counted twice
-                continue
-            d["attempts"] = attempt
-            results[(g, k)] = _trajectory(d)
-            self.stats.episodes += 1
+
+        def prepare_failed(g: int, why: str) -> None:
+            for k in range(group_size):
+                results[(g, k)] = self._failed(task_list[g], k, f"prepare failed: {why}")
+
+        try:
+            while queue or inflight:
+                while queue and any(load[a] < self.capacity for a in self.actors):
+                    name = min(self.actors, key=lambda a: load[a])  # least loaded live actor
+                    job = queue.popleft()
+                    kind, g, k, attempt = job
+                    if kind == "prepare":
+                        ref, exports_ref = self.actors[name].prepare.options(num_returns=2).remote(
+                            shipped_prepare, task_dicts[g], ship)  # fmt: skip
+                        exports[ref] = exports_ref
+                    else:
+                        ref = self.actors[name].run_episode.remote(f"{g}:{k}", shipped, task_dicts[g], k,
+                                                                   seed + g * group_size + k, options,
+                                                                   prepared.get(g))  # fmt: skip
+                    inflight[ref] = (job, name)
+                    load[name] += 1
+                if not inflight:
+                    raise SetupError(f"no live pool actor is left ({len(self.stats.actors_lost)} lost: "
+                                     f"{', '.join(self.stats.actors_lost)}); {len(queue)} jobs not run")  # fmt: skip
+                done, _ = ray.wait(list(inflight), num_returns=1)
+                ref = done[0]
+                (kind, g, k, attempt), name = inflight.pop(ref)
+                export_ref = exports.pop(ref, None)
+                if name in load:
+                    load[name] -= 1
+                try:
+                    d = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                    self._lost(name)
+                    if attempt < self.max_attempts:
+                        self.stats.retried += 1
+                        queue.appendleft((kind, g, k, attempt + 1))
+                    elif kind == "prepare":
+                        prepare_failed(g, f"gave up after {attempt} attempts: {e}")
+                    else:
+                        self.stats.failed += 1
+                        results[(g, k)] = self._failed(task_list[g], k, f"gave up after {attempt} attempts: {e}")
+                    continue
+                except ray.exceptions.RayTaskError as e:  # a bug in the episode code itself: recorded, not retried
+                    if kind == "prepare":
+                        prepare_failed(g, f"{type(e).__name__}: {e}")
+                    else:
+                        results[(g, k)] = self._failed(task_list[g], k, f"{type(e).__name__}: {e}")
+                    continue
+                if kind == "prepare":
+                    prepare_s[g] = d["prepare_s"]
+                    if "error" in d:
+                        prepare_failed(g, d["error"])
+                    else:
+                        prepared[g] = (d["name"], [export_ref if ship else None])
+                        queue.extend(("episode", g, k, 1) for k in range(group_size))
+                    continue
+                if (g, k) in results:  # never counted twice
+                    continue
+                d["attempts"] = attempt
+                results[(g, k)] = _trajectory(d)
+                self.stats.episodes += 1
+        finally:
+            if prepared and not keep_snapshots:
+                self._drop_snapshots(sorted({name for name, _ in prepared.values()}))
         groups = []
         for g, task in enumerate(task_list):
             group = Group(task, [results[(g, k)] for k in range(group_size)])
+            group.snapshot, group.prepare_s = (prepared[g][0] if g in prepared else None), prepare_s[g]
             group.compute_advantages(scale=scale_advantages)
             groups.append(group)
         return groups
+
+    def _drop_snapshots(self, names: list[str]) -> None:
+        """Every live actor removes those of ``names`` it prepared or imported."""
+        ray = _ray()
+        refs = {a: actor.drop_snapshots.remote(names) for a, actor in self.actors.items()}
+        for a, ref in refs.items():
+            try:
+                for line in ray.get(ref, timeout=60):
+                    log.info("run_groups: snapshot %s left on actor %s", line, a)
+            except Exception as e:  # (a lost actor's node keeps its snapshots: sandboxlite snapshot rm)
+                log.info("run_groups: actor %s did not remove its snapshots: %s", a, e)
 
     def _lost(self, name: str) -> None:
         """Drop a dead actor (its in-flight episodes come back one by one as errors too)."""

@@ -508,17 +508,20 @@ async def arollout(
     seed: int | None = None,
     tokenize_observation: Callable[[list[dict]], list[int]] | None = None,
     executor: Executor | None = None,
+    snapshot: Snapshot | None = None,
     **env_options: Any,
 ) -> Trajectory:
     """One episode of ``task``.  ``env`` (closed afterwards) or ``pool`` (an env is made on it;
-    without either, the env makes its own one-sandbox pool)."""
+    without either, the env makes its own one-sandbox pool); ``snapshot``: the state it starts
+    from (``reset(options={"snapshot": ...})``), else the pool's."""
     t = as_task(task)
     assert t is not None
     if env is None:
         env = SandboxEnv(pool=pool, **env_options)
     elif env_options:
         raise TypeError("give env options either to the env or here, not both")
-    return await _episode(env, t, 0, seed, _PolicyCaller(policy, executor, None), executor, tokenize_observation)
+    return await _episode(env, t, 0, seed, _PolicyCaller(policy, executor, None), executor, tokenize_observation,
+                          snapshot)  # fmt: skip
 
 
 def rollout(policy: Any, task: Task | Mapping, **kwargs: Any) -> Trajectory:
