@@ -75,5 +75,13 @@ def test_the_sandlock_baseline_runs_confined_over_the_image(tmp_path):
         assert "host uid" in lacks and "namespace" in lacks and "copy-on-write" in lacks
         with pytest.raises(RuntimeError, match="sandlock run exited"):
             rt.cold(["/bin/false"])()
+        live = rt.live()  # exec: commands written to one confined shell, which keeps its state
+        try:
+            assert live.exec(["/bin/true"])() > 0 and live.exec(["/bin/sh", "-c", "echo k > /tmp/live"])() > 0
+            assert (rt.scratch / "live").read_text() == "k\n"
+            with pytest.raises(RuntimeError, match="exited"):
+                live.exec(["/bin/false"])()
+        finally:
+            live.close()
     finally:
         rt.cleanup()

@@ -24,7 +24,7 @@ from .core import (
 
 # which baselines each latency metric has (sandboxlite always comes first)
 COLD_BASELINES = ["raw_bwrap", "unshare", "sandlock", "posix_spawn", "subprocess_run", "docker", "podman", "runc"]
-EXEC_BASELINES = ["posix_spawn", "docker", "podman", "runc"]
+EXEC_BASELINES = ["posix_spawn", "sandlock", "docker", "podman", "runc"]
 FILE_BASELINES = ["host"]
 
 
