@@ -65,6 +65,7 @@ def test_bench_quick_on_lean(tmp_path):
     # sandlock (the [sandlock] extra, installed by setup): measured, its missing isolation said
     assert runtimes["sandlock"]["status"] == "ok" and rows[("cold_true", "sandlock")]["n"] > 0
     assert rows[("exec_true", "sandlock")]["n"] > 0 and "confined /bin/sh" in runtimes["sandlock"]["exec"]
+    assert rows[("agent_episode", "sandlock")]["n"] > 0  # over SandlockBox
     assert any("no user namespace" in x for x in runtimes["sandlock"]["isolation_lacks"])
     assert "note: sandlock's isolation:" in r.output
     assert rows[("write_1MiB", "host")]["mb_per_s"] > 0 and rows[("read_1MiB", "sandboxlite")]["mb_per_s"] > 0

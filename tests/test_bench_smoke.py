@@ -85,3 +85,41 @@ def test_the_sandlock_baseline_runs_confined_over_the_image(tmp_path):
             live.close()
     finally:
         rt.cleanup()
+
+
+def test_an_agent_episode_over_sandlock(tmp_path):
+    """The bench's sandlock agent episode (SandlockBox): the scripted model's run submits the right
+    answer through sandlock's shell and the host-side file operations; a symlink a command made is
+    refused, never followed onto the host; a command that runs out of time ends its session."""
+    from sandboxlite import rootfs as rootfs_mod
+    from sandboxlite.agent.run import run_task
+    from sandboxlite.agent.scripted import ScriptedModel
+    from sandboxlite.agent.task import Task
+    from sandboxlite.bench.baselines import Context, make_runtimes
+    from sandboxlite.errors import SandboxFileError
+
+    ctx = Context(rootfs="science", plan=rootfs_mod.resolve("science"), cgroups="auto", log=lambda m: None,
+                  scratch=tmp_path)
+    rt = make_runtimes(["sandlock"], ctx)["sandlock"]
+    assert rt.reason is None, rt.reason
+    secret = tmp_path / "host-secret"
+    secret.write_text("host only\n")
+    try:
+        with rt.box() as box:
+            res = run_task(Task(id="t", query="Compute 6*7.", max_steps=6), ScriptedModel("42", steps=4),
+                           output_dir=tmp_path / "out", sandbox=box)  # fmt: skip
+            assert res.submitted and res.answer.strip() == "42", res.exit_reason
+            assert (tmp_path / "out" / "answer.txt").read_text().strip() == "42"
+            sh = box.shell()
+            r = sh.run(f"cd /tmp && ln -s {secret} /testbed/link && echo made; echo err >&2; false")
+            assert (r.exit_code, r.stdout, r.stderr, sh.cwd) == (1, b"made\n", b"err\n", "/tmp")
+            with pytest.raises(SandboxFileError):
+                box.read_file("/testbed/link")
+            with pytest.raises(SandboxFileError):
+                box.write_file("/etc/passwd", "x")
+            t = sh.run("sleep 30", timeout=0.5)
+            assert t.timed_out and t.exit_code == 124
+            assert sh.run("echo again").stdout == b"again\n" and sh.cwd == "/testbed"  # a new session
+        assert not box.root.exists()
+    finally:
+        rt.cleanup()

@@ -673,6 +673,13 @@ class Sandlock(Runtime):
 
         return one
 
+    def box(self):
+        """A ``SandlockBox`` (the Sandbox API the agent's tools use) over this baseline's settings."""
+        from .sandlock_box import SandlockBox
+
+        base = {k: v for k, v in self.kwargs.items() if k not in ("fs_writable", "fs_mount", "chroot")}
+        return SandlockBox(self.mod, base, self.ctx.image_dir, self.scratch)
+
     def live(self):
         """sandlock has no exec into a living sandbox (a command must descend from the confined
         process): the closest is a confined ``/bin/sh`` kept running, each command written to its

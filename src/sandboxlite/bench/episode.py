@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 STEPS = 20
+OUT_PREFIX = {"sandboxlite": "fresh", "sandboxlite_pool": "pool", "sandlock": "sandlock"}
 
 
 class _TrajectoryClock:
@@ -75,8 +76,10 @@ def _episode(task, model, out_dir: Path, sandbox=None, config=None) -> dict[str,
 
 
 def agent_episodes(*, rootfs: str, cgroups: str, rounds: int, warmup: int = 1,
-                   log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
-    """Returns {"series": {runtime: [overhead ms per episode]}, "steps": {...}, "detail": {...}}."""
+                   log: Callable[[str], None] = print, sandlock: Any = None) -> dict[str, Any]:  # fmt: skip
+    """Returns {"series": {runtime: [overhead ms per episode]}, "steps": {...}, "detail": {...}}.
+    ``sandlock``: the bench's prepared sandlock baseline (``baselines.Sandlock``) to take turns
+    with too (each episode a fresh ``SandlockBox``), or None."""
     from .. import SandboxPool
     from ..agent.scripted import ScriptedModel
     from ..agent.task import Task
@@ -104,6 +107,17 @@ def agent_episodes(*, rootfs: str, cgroups: str, rounds: int, warmup: int = 1,
         return r
 
     fns = {"sandboxlite": fresh, "sandboxlite_pool": pooled}
+    if sandlock is not None:
+        runs["sandlock"], status["sandlock"] = [], "ok" if sandlock.reason is None else f"not available: {sandlock.reason}"
+
+        def boxed(i: int) -> dict:
+            t0 = time.perf_counter()
+            with sandlock.box() as box:
+                r = _episode(task, model, out_root / f"sandlock-{i}", sandbox=box)
+            r["wall_s"] = time.perf_counter() - t0  # its start and close included, as for a fresh sandbox
+            return r
+
+        fns["sandlock"] = boxed
     try:
         for i in range(warmup + rounds):
             order = list(fns) if i % 2 == 0 else list(fns)[::-1]
@@ -119,7 +133,7 @@ def agent_episodes(*, rootfs: str, cgroups: str, rounds: int, warmup: int = 1,
                     continue
                 if i >= warmup:
                     runs[name].append(r)
-                shutil.rmtree(out_root / f"{'fresh' if name == 'sandboxlite' else 'pool'}-{i}", ignore_errors=True)
+                shutil.rmtree(out_root / f"{OUT_PREFIX[name]}-{i}", ignore_errors=True)
     finally:
         pool.close()
         shutil.rmtree(out_root, ignore_errors=True)
@@ -153,5 +167,5 @@ def agent_episodes(*, rootfs: str, cgroups: str, rounds: int, warmup: int = 1,
             detail["bash_step_tools_ms_median"][name] = med(lambda r: r["other_tool_s"])
             detail["rest_ms_median"][name] = med(
                 lambda r: r["wall_s"] - r["model_s"] - r["tools_s"] - r["trajectory_s"])
-    log(f"  agent: {len(runs['sandboxlite'])} + {len(runs['sandboxlite_pool'])} episodes of {STEPS} steps")
+    log(f"  agent: {' + '.join(str(len(rs)) for rs in runs.values())} episodes of {STEPS} steps ({', '.join(runs)})")
     return {"series": series, "steps": steps, "status": status, "detail": detail}

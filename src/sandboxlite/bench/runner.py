@@ -151,6 +151,8 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
         needed.update(THROUGHPUT_BASELINES + DENSITY_BASELINES)
     if "profile" in metrics:
         needed.add("raw_bwrap")
+    if "agent" in metrics:
+        needed.add("sandlock")  # (the one baseline with an agent episode: over SandlockBox)
     ctx = Context(rootfs=rootfs_spec, plan=rootfs_mod.resolve(rootfs_spec), cgroups=opts.cgroups, log=log)
     runtimes = make_runtimes([n for n in requested if n in needed], ctx)
     for rt in runtimes.values():  # a baseline weaker than sandboxlite says how, beside its numbers
@@ -188,7 +190,7 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
             log(f"agent: {opts.agent_rounds} scripted 20-step episodes per runtime")
             try:
                 agent = agent_episodes(rootfs=rootfs_spec, cgroups=opts.cgroups, rounds=opts.agent_rounds,
-                                       warmup=1, log=log)  # fmt: skip
+                                       warmup=1, log=log, sandlock=runtimes.get("sandlock"))  # fmt: skip
             except Exception as e:  # noqa: BLE001 - reported
                 agent = {"series": {}, "steps": {}, "status": {SANDBOXLITE: f"not available: {short_error(e)}"},
                          "detail": {}}  # fmt: skip
