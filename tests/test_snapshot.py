@@ -334,10 +334,33 @@ def test_the_depth_limit_says_how_to_go_on(sb):
     old, store.max_depth = store.max_depth, 1
     try:
         snap = sb.snapshot()
-        with Sandbox(snapshot=snap) as c, pytest.raises(SnapshotError, match="flatten"):
-            c.snapshot()
+        with Sandbox(snapshot=snap) as c:
+            assert c.snapshot() == snap  # nothing changed: no layer, nothing over the limit
+            c.exec("echo more > /testbed/more")
+            with pytest.raises(SnapshotError, match="flatten"):
+                c.snapshot()
     finally:
         store.max_depth = old
+
+
+def test_a_sandbox_that_changed_nothing_snapshots_as_its_base(sb):
+    """A snapshot of a sandbox started from a snapshot, with nothing written since, is that snapshot
+    (no empty layer on top: branching from a branch does not stack layers that hold nothing)."""
+    sb.exec("echo a > /testbed/a")
+    base = sb.snapshot()
+    with Sandbox(snapshot=base) as c:
+        c.exec("cat /testbed/a > /dev/null")
+        again = c.snapshot()
+        assert again.name == base.name and again.depth == 1
+        kids = c.fork(2)
+        try:
+            assert [k.base.name for k in kids] == [base.name] * 2
+        finally:
+            for k in kids:
+                k.close()
+        c.exec("rm /testbed/a")  # a deletion is a change: a whiteout in a layer of its own
+        gone = c.snapshot()
+        assert gone.parent == base.name and gone.depth == 2
 
 
 def test_export_then_import_gives_the_same_snapshot(stack, tmp_path):

@@ -316,10 +316,6 @@ def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None
     (see ``Sandbox.snapshot``)."""
     if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
         raise ConfigError("max_bytes", f"must be a number of bytes (an int >= 0), got {max_bytes!r}")
-    depth = (base.depth if base is not None else 0) + 1
-    if depth > store.max_depth:
-        raise SnapshotError(f"a snapshot of this sandbox would be layer {depth}, over the limit of {store.max_depth} "
-                            "stacked layers", hint="flatten the one it started from: Sandbox(snapshot=snap.flatten())")  # fmt: skip
     uid = jail.plan.run_as
     staged = store.staging(uid if uid is not None and store.owner is not None and uid != store.owner else None)
     try:
@@ -377,12 +373,20 @@ class Store:
 
     def commit(self, staged: str, *, parent: Snapshot | None, rootfs: str) -> Snapshot:
         """Check the copy in ``staged``, name it by its content and keep it (a copy with the name
-        of one kept already is dropped: the same state)."""
+        of one kept already is dropped: the same state).  An empty copy over ``parent`` is no
+        change: ``parent`` itself (no empty layer stacked on it).  SnapshotError past the depth limit."""
         try:
             name, size, files = scan_tree(staged, owner=self.owner[0] if self.owner is not None else os.geteuid(),
                                           chown=self.owner, digest=True,
                                           parent=parent.name if parent is not None else None, image=rootfs)  # fmt: skip
             assert name is not None
+            if files == 0 and parent is not None:
+                return parent
+            depth = (parent.depth if parent is not None else 0) + 1
+            if depth > self.max_depth:
+                raise SnapshotError(f"a snapshot of this sandbox would be layer {depth}, over the limit of "
+                                    f"{self.max_depth} stacked layers",
+                                    hint="flatten the one it started from: Sandbox(snapshot=snap.flatten())")  # fmt: skip
             cow = os.path.isdir(os.path.join(staged, "root")) or (parent is not None and parent.cow)
             snap = Snapshot(name, parent.layers if parent is not None else (), size, files, time.time(), rootfs, cow,
                             self)  # fmt: skip
