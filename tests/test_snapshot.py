@@ -468,3 +468,84 @@ def test_the_cli_lists_exports_imports_and_removes(sb, tmp_path):
     assert r.exit_code == 125 and "no snapshot name" in r.output
     r = run(main, ["snapshot", "rm", snap.name])
     assert r.exit_code == 0 and snap.name not in run(main, ["snapshot", "list"]).output
+
+
+# -- fork()'s own snapshots ---------------------------------------------------------------------------
+def test_a_forks_snapshot_goes_with_the_last_of_its_children(sb):
+    """fork() keeps its snapshot only while a sandbox uses it: branching in a loop (tree search)
+    must not fill the store, which is memory by default."""
+    store = sb.host.snapshot_store()
+    sb.exec("head -c 100000 /dev/urandom > /testbed/state")
+    kids = sb.fork(2)
+    snap = kids[0].base
+    assert snap.transient and store.meta(snap.name).transient and store.in_use(snap.name)
+    kids[0].close()
+    assert (store.root / "layers" / snap.name).is_dir()  # the other child still uses it
+    kids[1].close()
+    assert not (store.root / "layers" / snap.name).exists() and snap.name not in {s.name for s in store.list()}
+
+
+def test_branches_of_branches_are_removed_and_an_explicit_snapshot_is_kept(sb):
+    store = sb.host.snapshot_store()
+    sb.exec("echo 1 > /testbed/level")
+    (kid,) = sb.fork(1)
+    kid.exec("echo 2 > /testbed/level")
+    (grandkid,) = kid.fork(1)
+    top, under = grandkid.base, kid.base
+    assert top.parent == under.name and top.transient and under.transient
+    kid.close()  # its snapshot is below the grandchild's: kept while that is
+    assert (store.root / "layers" / under.name).is_dir()
+    grandkid.close()  # both go, top first
+    assert not any((store.root / "layers" / n).exists() for n in (top.name, under.name))
+    # snapshot() of a fork's state keeps it for good; so does starting one from it
+    (kid,) = sb.fork(1)
+    kept = sb.snapshot()
+    assert kept.name == kid.base.name and not kept.transient
+    kid.close()
+    assert store.meta(kept.name).name == kept.name and not store.meta(kept.name).transient
+    with Sandbox(snapshot=kept) as again:
+        assert again.exec("cat /testbed/level").stdout_text == "1\n"
+    store.remove(kept.name)
+
+
+def test_children_closing_at_once_remove_their_snapshot_once(sb):
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = sb.host.snapshot_store()
+    sb.exec("echo x > /testbed/x")
+    kids = sb.fork(6)
+    name = kids[0].base.name
+    with ThreadPoolExecutor(6) as ex:
+        list(ex.map(lambda k: k.close(), kids))  # no error from the ones that find it gone
+    assert not (store.root / "layers" / name).exists() and not (store.root / "locks" / f"{name}.lock").exists()
+
+
+def test_prune_removes_what_a_process_left_and_keeps_what_is_used(sb, tmp_path):
+    """A process that ended without closing its fork's children leaves their snapshot: `snapshot prune`
+    removes it then, and never one a live sandbox uses or one kept for good."""
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from sandboxlite.cli import main
+
+    store = sb.host.snapshot_store()
+    code = ("from sandboxlite import Sandbox\nsb = Sandbox()\nsb.exec('echo left > /testbed/f')\n"
+            "kids = sb.fork(1)\nprint(kids[0].base.name)\nimport os\nos._exit(0)\n")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    left = r.stdout.strip()
+    assert r.returncode == 0 and store.meta(left).transient, r.stderr
+    sb.exec("echo in-use > /testbed/f")
+    (live,) = sb.fork(1)
+    sb.exec("echo kept > /testbed/f")
+    kept = sb.snapshot()
+    try:
+        listed = CliRunner().invoke(main, ["snapshot", "list"])
+        assert listed.exit_code == 0 and "fork's" in listed.output
+        out = CliRunner().invoke(main, ["snapshot", "prune"])
+        assert out.exit_code == 0 and f"removed 1 snapshot(s)\n  {left[:12]}" in out.output, out.output
+        assert store.meta(live.base.name) and store.meta(kept.name)
+    finally:
+        live.close()
+        store.remove(kept.name)

@@ -794,7 +794,8 @@ def _store():
 @snapshot.command("list")
 @_errors_to_exit_codes
 def snapshot_list() -> None:
-    """The snapshots kept here, oldest first: name, parent, layers, size, entries, created, in use."""
+    """The snapshots kept here, oldest first: name, parent, layers, size, entries, created, in use,
+    fork's (removed with the last sandbox of it)."""
     import datetime
 
     store = _store()
@@ -802,9 +803,18 @@ def snapshot_list() -> None:
     click.echo(f"{len(snaps)} snapshot(s) in {store.root}")
     for s in snaps:
         when = datetime.datetime.fromtimestamp(s.created).strftime("%Y-%m-%d %H:%M:%S")
-        used = "in use" if store.in_use(s.name) else ""
+        used = " ".join(x for x in ("in use" if store.in_use(s.name) else "", "fork's" if s.transient else "") if x)
         click.echo(f"{s.name[:12]}  parent {s.parent[:12] if s.parent else '-':12}  layers {s.depth:2}  "
                    f"{s.size / (1 << 20):9.1f} MiB  {s.files:7} entries  {when}  {s.rootfs or '-'}  {used}".rstrip())  # fmt: skip
+
+
+@snapshot.command("prune")
+@_errors_to_exit_codes
+def snapshot_prune() -> None:
+    """Remove the snapshots fork() took for its children that no live sandbox uses (left by a
+    process that ended without closing them)."""
+    removed = _store().prune()
+    click.echo(f"removed {len(removed)} snapshot(s)" + "".join(f"\n  {n[:12]}" for n in removed))
 
 
 @snapshot.command("rm")

@@ -134,6 +134,7 @@ class Sandbox:
             if self._ports is not None:
                 self._ports.close()
                 self._ports = None
+            snapshot_mod.let_go(self._base)  # a fork()'s snapshot goes with the last sandbox of it
 
     def _stop(self) -> None:
         for sh in list(self._shells):
@@ -155,7 +156,7 @@ class Sandbox:
         with self.lock:
             if to is not None and to != "image" and not isinstance(to, Snapshot):
                 raise ConfigError("to", f"expected a Snapshot or 'image', got {to!r}")
-            base = self._base if to is None else None if to == "image" else to
+            base, old = (self._base if to is None else None if to == "image" else to), self._base
             for sh in list(self._shells):
                 sh.detach()
             jail = self._jail
@@ -165,6 +166,7 @@ class Sandbox:
                     self._base = base
                     if self._egress is not None:  # a fresh episode: a fresh log and byte budget
                         self._egress.restart()
+                    snapshot_mod.let_go(old, keep=base)
                     return
             except (SandboxCrashed, TimeoutError):
                 pass
@@ -172,6 +174,7 @@ class Sandbox:
             self._base = base
             self._start()
             self.generation += 1
+            snapshot_mod.let_go(old, keep=base)
 
     # -- snapshots -------------------------------------------------------------------------------
     @property
@@ -192,10 +195,12 @@ class Sandbox:
     def fork(self, n: int) -> list["Sandbox"]:
         """``n`` new sandboxes, each starting from this one's filesystem state (one ``snapshot()``
         they share: nothing is copied per child), isolated from each other and from this one; they
-        start side by side.  The caller closes them."""
+        start side by side.  The caller closes them; the snapshot goes with the last of them
+        (keep it with ``snapshot()``, which names the same state, to start more later)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError("n", f"must be a positive number of sandboxes, got {n!r}")
-        snap = self.snapshot()
+        with self.lock:  # (a snapshot of their own: removed when the last of them closes, see Store.prune)
+            snap = snapshot_mod.take(self.jail, self.host.snapshot_store(), self._base, transient=True)
         with ThreadPoolExecutor(max_workers=min(n, 2 * (os.cpu_count() or 1))) as ex:
             futures = [ex.submit(Sandbox, self.config, host=self.host, snapshot=snap) for _ in range(n)]
         children = [f.result() for f in futures if f.exception() is None]

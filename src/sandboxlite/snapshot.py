@@ -41,6 +41,7 @@ own root, where it is not mounted.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -81,6 +82,9 @@ class Snapshot:
     rootfs: str = ""  # the image it was taken over (a snapshot starts only over the same one)
     cow: bool = False  # it holds changes to the image (a copy-on-write layer): needs a copy-on-write root
     store: "Store" = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    # taken by fork() for its children alone: removed when the last sandbox using it closes, unless
+    # snapshot() of the same state kept it since (the store's metadata says; this is a hint)
+    transient: bool = field(default=False, compare=False)
 
     @property
     def parent(self) -> str | None:
@@ -322,9 +326,10 @@ def _copy_xattrs(s: str, d: str) -> None:
         os.setxattr(d, k, v, follow_symlinks=False)
 
 
-def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None) -> Snapshot:
+def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None, *,
+         transient: bool = False) -> Snapshot:  # fmt: skip
     """A snapshot of the live ``jail`` (launch.Jail) whose generation was built over ``base``
-    (see ``Sandbox.snapshot``)."""
+    (see ``Sandbox.snapshot``); ``transient``: fork()'s, see ``Store.prune``."""
     if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
         raise ConfigError("max_bytes", f"must be a number of bytes (an int >= 0), got {max_bytes!r}")
     uid = jail.plan.run_as
@@ -338,7 +343,14 @@ def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None
     except BaseException:
         remove_tree(staged)
         raise
-    return store.commit(staged, parent=base, rootfs=image_of(jail.plan.rootfs))
+    return store.commit(staged, parent=base, rootfs=image_of(jail.plan.rootfs), transient=transient)
+
+
+def let_go(snap: Snapshot | None, keep: Snapshot | None = None) -> None:
+    """A sandbox no longer uses ``snap`` (it now uses ``keep``): when fork() took ``snap`` for its
+    children alone, remove it (and transient layers under it) once nothing uses it (``Store.prune``)."""
+    if snap is not None and snap.transient and snap.store is not None and (keep is None or keep.name != snap.name):
+        snap.store.prune(snap)
 
 
 def image_of(rootfs) -> str:
@@ -382,7 +394,7 @@ class Store:
             os.chown(path, writer[0], writer[1])
         return path
 
-    def commit(self, staged: str, *, parent: Snapshot | None, rootfs: str) -> Snapshot:
+    def commit(self, staged: str, *, parent: Snapshot | None, rootfs: str, transient: bool = False) -> Snapshot:
         """Check the copy in ``staged``, name it by its content and keep it (a copy with the name
         of one kept already is dropped: the same state).  An empty copy over ``parent`` is no
         change: ``parent`` itself (no empty layer stacked on it).  SnapshotError past the depth limit."""
@@ -400,7 +412,7 @@ class Store:
                                     hint="flatten the one it started from: Sandbox(snapshot=snap.flatten())")  # fmt: skip
             cow = os.path.isdir(os.path.join(staged, "root")) or (parent is not None and parent.cow)
             snap = Snapshot(name, parent.layers if parent is not None else (), size, files, time.time(), rootfs, cow,
-                            self)  # fmt: skip
+                            self, transient)  # fmt: skip
             return self.adopt(staged, snap)
         finally:
             if os.path.exists(staged):
@@ -408,10 +420,22 @@ class Store:
 
     def adopt(self, tree: str, snap: Snapshot) -> Snapshot:
         """Keep the checked, named layer ``tree`` (moved into the store) as ``snap``; when one of that
-        name is kept already, that one (``tree`` is left to the caller)."""
+        name is kept already, that one (``tree`` is left to the caller), kept for good from now on
+        unless ``snap`` is transient too."""
         with self._lock:
             if (self.root / "layers" / snap.name).exists():
-                return self.meta(snap.name)
+                kept = self.meta(snap.name)
+                if not kept.transient or snap.transient:
+                    return kept
+                fd = os.open(self.root / "locks" / f"{snap.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH)  # (waits while another process prunes it)
+                    if (self.root / "layers" / snap.name).exists():
+                        kept = dataclasses.replace(kept, transient=False)
+                        self._write_meta(kept)
+                        return kept
+                finally:
+                    os.close(fd)
             os.chmod(tree, 0o755)
             os.rename(tree, self.root / "layers" / snap.name)
             self._write_meta(snap)
@@ -419,7 +443,8 @@ class Store:
 
     def _write_meta(self, snap: Snapshot) -> None:
         doc = {"format": FORMAT, "name": snap.name, "parent": snap.parent, "ancestors": list(snap.ancestors),
-               "size": snap.size, "files": snap.files, "created": snap.created, "rootfs": snap.rootfs, "cow": snap.cow}  # fmt: skip
+               "size": snap.size, "files": snap.files, "created": snap.created, "rootfs": snap.rootfs, "cow": snap.cow,
+               "transient": snap.transient}  # fmt: skip
         tmp = self.root / "meta" / f".{snap.name}.json.tmp"
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
         os.replace(tmp, self.root / "meta" / f"{snap.name}.json")
@@ -442,7 +467,7 @@ class Store:
         if ancestors is None:  # kept before the metadata listed them: follow the parents
             ancestors = (doc["parent"], *self.meta(doc["parent"]).ancestors) if doc.get("parent") else ()
         return Snapshot(doc["name"], tuple(ancestors), doc["size"], doc["files"], doc["created"],
-                        doc.get("rootfs", ""), bool(doc.get("cow")), self)  # fmt: skip
+                        doc.get("rootfs", ""), bool(doc.get("cow")), self, bool(doc.get("transient")))  # fmt: skip
 
     def list(self) -> list[Snapshot]:
         """Every snapshot kept here, oldest first."""
@@ -462,6 +487,9 @@ class Store:
                 fd = os.open(self.root / "locks" / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 fds.append(fd)
                 fcntl.flock(fd, fcntl.LOCK_SH)
+                if not (self.root / "layers" / name).is_dir():  # removed while we waited for the lock
+                    raise SnapshotError(f"snapshot {name[:12]} was removed from {self.root} as it was being used",
+                                        hint="take it again, or keep it with snapshot() before fork()")  # fmt: skip
         except BaseException:
             release(fds)
             raise
@@ -489,19 +517,54 @@ class Store:
         if children:
             raise SnapshotError(f"snapshot {snap} has snapshots taken on top of it ({', '.join(children)})",
                                 hint="remove those first")  # fmt: skip
-        fd = os.open(self.root / "locks" / f"{snap.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
+        if not self._drop(snap.name, only_transient=False):
+            raise SnapshotError(f"snapshot {snap} is in use by a live sandbox",
+                                hint="close the sandboxes started from it first")  # fmt: skip
+
+    def prune(self, snap: Snapshot | None = None) -> list[str]:
+        """Remove the transient snapshots (fork()'s) nothing uses any more: ``snap`` and the
+        transient layers under it, top first, up to the first still needed (in use, with another
+        snapshot on top, or kept for good); without ``snap``, every one in the store (after a crash,
+        say: ``sandboxlite snapshot prune``).  Returns the names removed."""
+        removed: list[str] = []
+        if snap is None:
+            for s in sorted(self.list(), key=lambda s: -s.depth):  # (the top ones first)
+                removed += self.prune(s) if s.transient and s.name not in removed else []
+            return removed
+        for name in snap.layers:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise SnapshotError(f"snapshot {snap} is in use by a live sandbox",
-                                    hint="close the sandboxes started from it first") from None  # fmt: skip
-            with self._lock:
-                (self.root / "meta" / f"{snap.name}.json").unlink()
-                remove_tree(str(self.root / "layers" / snap.name))
-                os.unlink(self.root / "locks" / f"{snap.name}.lock")
-        finally:
-            os.close(fd)
+                kept = self.meta(name)
+            except SnapshotError:  # removed already (another sandbox of it closed at the same time)
+                continue
+            if not kept.transient or any(s.parent == name for s in self.list()):
+                break
+            if not self._drop(name, only_transient=True):
+                break
+            removed.append(name)
+        return removed
+
+    def _drop(self, name: str, *, only_transient: bool) -> bool:
+        """Delete the snapshot ``name`` unless a live sandbox holds it (False), or, with
+        ``only_transient``, it is kept for good (False)."""
+        meta, lock = self.root / "meta" / f"{name}.json", self.root / "locks" / f"{name}.lock"
+        with self._lock:  # (first: adopt() waits for the file lock while it holds this one)
+            if not meta.exists():  # removed already
+                return True
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
+                if meta.exists():
+                    if only_transient and not json.loads(meta.read_text()).get("transient"):
+                        return False
+                    meta.unlink()
+                    remove_tree(str(self.root / "layers" / name))
+                lock.unlink(missing_ok=True)  # (also one made again here after another process removed it)
+                return True
+            finally:
+                os.close(fd)
 
 
 def release(fds: list[int]) -> None:
