@@ -462,7 +462,10 @@ class Store:
                                     f"{name!r} names {len(matches)} snapshots: give more digits",
                                     hint="sandboxlite snapshot list")  # fmt: skip
             path = matches[0]
-        doc = json.loads(path.read_text())
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:  # removed just now (fork()'s, by the last of its sandboxes)
+            raise SnapshotError(f"no snapshot {name!r} in {self.root}", hint="sandboxlite snapshot list") from None
         ancestors = doc.get("ancestors")
         if ancestors is None:  # kept before the metadata listed them: follow the parents
             ancestors = (doc["parent"], *self.meta(doc["parent"]).ancestors) if doc.get("parent") else ()
@@ -471,7 +474,12 @@ class Store:
 
     def list(self) -> list[Snapshot]:
         """Every snapshot kept here, oldest first."""
-        out = [self.meta(p.stem) for p in (self.root / "meta").glob("*.json")]
+        out = []
+        for p in (self.root / "meta").glob("*.json"):
+            try:
+                out.append(self.meta(p.stem))
+            except SnapshotError:  # removed while we listed (another sandbox or process pruned it)
+                continue
         return sorted(out, key=lambda s: s.created)
 
     # -- in use ----------------------------------------------------------------------------------
