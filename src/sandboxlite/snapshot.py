@@ -46,6 +46,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import stat
@@ -57,6 +58,8 @@ from pathlib import Path
 
 from .errors import ConfigError, SnapshotError
 from .protocol import is_layer_name
+
+log = logging.getLogger(__name__)
 
 PLACES = ("root", "testbed", "tmp", "home")
 OPAQUE = "user.overlay.opaque"  # overlayfs's mark (userxattr mode) of a directory that hides what is below it  # the layer's directories (executor.c, "snapshots")
@@ -350,7 +353,10 @@ def let_go(snap: Snapshot | None, keep: Snapshot | None = None) -> None:
     """A sandbox no longer uses ``snap`` (it now uses ``keep``): when fork() took ``snap`` for its
     children alone, remove it (and transient layers under it) once nothing uses it (``Store.prune``)."""
     if snap is not None and snap.transient and snap.store is not None and (keep is None or keep.name != snap.name):
-        snap.store.prune(snap)
+        try:
+            snap.store.prune(snap)
+        except (SnapshotError, OSError) as e:  # housekeeping: a close must not fail for it (snapshot prune)
+            log.warning("snapshot %s was left in %s: %s", snap, snap.store.root, e)
 
 
 def image_of(rootfs) -> str:
