@@ -433,7 +433,7 @@ class Store:
                 kept = self.meta(snap.name)
                 if not kept.transient or snap.transient:
                     return kept
-                fd = os.open(self.root / "locks" / f"{snap.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fd = self._open_lock(snap.name)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_SH)  # (waits while another process prunes it)
                     if (self.root / "layers" / snap.name).exists():
@@ -489,6 +489,13 @@ class Store:
         return sorted(out, key=lambda s: s.created)
 
     # -- in use ----------------------------------------------------------------------------------
+    def _lock_path(self, name: str) -> Path:
+        return self.root / "locks" / f"{name}.lock"
+
+    def _open_lock(self, name: str) -> int:
+        """The lock file of ``name`` (made when missing), for flock: shared while used, exclusive to remove."""
+        return os.open(self._lock_path(name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
     def hold(self, snap: Snapshot) -> list[int]:
         """Mark the snapshot's layers in use (a shared lock each, until ``release``): ``remove``
         refuses them meanwhile, from any process."""
@@ -498,7 +505,7 @@ class Store:
                 if not (self.root / "layers" / name).is_dir():
                     raise SnapshotError(f"snapshot {name[:12]} is not in {self.root} (removed?)",
                                         hint="take it again, or import it (sandboxlite snapshot import)")  # fmt: skip
-                fd = os.open(self.root / "locks" / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fd = self._open_lock(name)
                 fds.append(fd)
                 fcntl.flock(fd, fcntl.LOCK_SH)
                 if not (self.root / "layers" / name).is_dir():  # removed while we waited for the lock
@@ -512,7 +519,7 @@ class Store:
     def in_use(self, name: str) -> bool:
         """Does a live sandbox (of any process) use the layer ``name``?"""
         try:
-            fd = os.open(self.root / "locks" / f"{name}.lock", os.O_RDWR | os.O_CLOEXEC)
+            fd = os.open(self._lock_path(name), os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
             return False
         try:
@@ -523,10 +530,15 @@ class Store:
             os.close(fd)
         return False
 
-    def remove(self, name: str) -> None:
+    def remove(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a snapshot: SnapshotError when a live sandbox uses it, or another snapshot
-        was taken on top of it."""
-        snap = self.meta(name)
+        was taken on top of it (or, unless ``missing_ok``, there is none of that name)."""
+        try:
+            snap = self.meta(name)
+        except SnapshotError:
+            if missing_ok and not (self.root / "meta" / f"{name}.json").exists():
+                return
+            raise
         children = [s.name[:12] for s in self.list() if s.parent == snap.name]
         if children:
             raise SnapshotError(f"snapshot {snap} has snapshots taken on top of it ({', '.join(children)})",
@@ -543,7 +555,8 @@ class Store:
         removed: list[str] = []
         if snap is None:
             for s in sorted(self.list(), key=lambda s: -s.depth):  # (the top ones first)
-                removed += self.prune(s) if s.transient and s.name not in removed else []
+                if s.transient and s.name not in removed:
+                    removed += self.prune(s)
             return removed
         for name in snap.layers:
             try:
@@ -560,11 +573,11 @@ class Store:
     def _drop(self, name: str, *, only_transient: bool) -> bool:
         """Delete the snapshot ``name`` unless a live sandbox holds it (False), or, with
         ``only_transient``, it is kept for good (False)."""
-        meta, lock = self.root / "meta" / f"{name}.json", self.root / "locks" / f"{name}.lock"
+        meta, lock = self.root / "meta" / f"{name}.json", self._lock_path(name)
         with self._lock:  # (first: adopt() waits for the file lock while it holds this one)
             if not meta.exists():  # removed already
                 return True
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = self._open_lock(name)
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -165,9 +165,10 @@ class SandlockBox:
         finally:
             os.close(dfd)
         try:
-            if stat.S_ISDIR(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
                 raise file_error(errno.EISDIR, os.fspath(path))
-            size = os.fstat(fd).st_size
+            size = st.st_size
             if max_bytes is not None and size > max_bytes:
                 raise file_error(errno.EFBIG, os.fspath(path), f"larger than {max_bytes} bytes")
             os.lseek(fd, offset, os.SEEK_SET)
