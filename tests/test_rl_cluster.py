@@ -194,3 +194,13 @@ def test_ensure_snapshot_imports_a_shipped_export_once(tmp_path) -> None:
     finally:
         for s in (other, snap):
             s.store.remove(s.name)
+
+
+
+def test_a_prepare_that_is_no_function_is_refused_over_actors(local_ray) -> None:
+    from sandboxlite.errors import ConfigError
+
+    with RayRollouts(rootfs="lean", sandboxes_per_actor=1) as cluster:
+        with pytest.raises(ConfigError, match="prepare"):
+            cluster.run_groups(policy_factory=_factory, tasks=_tasks(1), group_size=2, prepare=["not", "callable"])
+        assert cluster.stats.episodes == 0

@@ -395,3 +395,11 @@ def test_reset_takes_a_snapshot_option(pool):
     finally:
         env.close()
     snap.store.remove(snap.name)
+
+
+def test_a_prepare_that_is_no_function_is_refused_before_any_episode(pool):
+    from sandboxlite.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="prepare"):
+        run_groups(answer_then_submit(2), [task(1)], group_size=2, pool=pool, prepare="pip install x")
+    assert pool.in_use == 0

@@ -46,7 +46,7 @@ from ..agent.task import Task
 from ..config import SandboxConfig
 from ..errors import ConfigError, SetupError, SnapshotError
 from .env import as_task
-from .rollouts import Group, Trajectory, Turn
+from .rollouts import Group, Trajectory, Turn, check_prepare
 
 log = logging.getLogger(__name__)
 
@@ -302,6 +302,7 @@ class RayRollouts:
         ray = _ray()
         if (policy is None) == (policy_factory is None):
             raise ConfigError("policy", "give either a policy or a policy_factory")
+        check_prepare(prepare)
         task_list = [as_task(t) for t in tasks]
         shipped = ray.put(_Factory(policy_factory) if policy_factory is not None else policy)
         options = dict(env_options or {})

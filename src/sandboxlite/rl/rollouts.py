@@ -49,7 +49,7 @@ from typing import Any
 from ..agent.outcome import ExitReason
 from ..agent.task import Task
 from ..config import SandboxConfig
-from ..errors import FormatError, SnapshotError
+from ..errors import ConfigError, FormatError, SnapshotError
 from ..pool import SandboxPool
 from ..sandbox import Sandbox
 from ..snapshot import Snapshot
@@ -386,6 +386,7 @@ async def arun_groups(
         raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
     if (policy is None) == (policy_factory is None):
         raise TypeError("give exactly one of policy and policy_factory")
+    check_prepare(prepare)
     n = len(task_list) * group_size
     own_pool = pool is None
     if own_pool:
@@ -464,6 +465,13 @@ async def arun_groups(
         g.compute_advantages(scale=scale_advantages)
         groups.append(g)
     return groups
+
+
+def check_prepare(prepare: Any) -> None:
+    """ConfigError unless ``prepare`` is None or a callable (of the sandbox, or the sandbox and the task)."""
+    if prepare is not None and not callable(prepare):
+        raise ConfigError("prepare", f"expected a function of the sandbox (or of the sandbox and the task), "
+                          f"got {prepare!r}")  # fmt: skip
 
 
 def _prepared(prepare: Callable[..., Any], sb: Sandbox, task: Task) -> Snapshot:
