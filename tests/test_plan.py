@@ -64,7 +64,7 @@ def test_rootfs_read_only_and_jail_mounts():
     assert ["--ro-bind", "/img/usr", "/usr"] == a[a.index("/img/usr") - 1 : a.index("/img/usr") + 2]
     assert pairs(a, "--symlink") == ["usr/bin"]
     assert "--tmpfs" not in a  # the executor mounts /tmp, /testbed, /root, /dev/shm in each generation
-    assert pairs(a, "--dir") == ["/.sl/gen", "/tmp", "/root", "/testbed"]  # their mount points
+    assert pairs(a, "--dir") == ["/.sl/gen", "/.sl/fork", "/tmp", "/root", "/testbed"]  # their mount points
     assert pairs(a, "--proc") == ["/proc"] and pairs(a, "--dev") == ["/dev"]
     # /proc/sys read-only right after /proc (bwrap itself leaves it writable)
     i = a.index("--proc")

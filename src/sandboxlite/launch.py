@@ -26,8 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from . import containers
-from . import landlock
+from . import containers, landlock
 from . import rootfs as rootfs_mod
 from ._cmdio import Proc
 from .config import SandboxConfig, base_env, check_env_pair, resolve_path
@@ -35,8 +34,27 @@ from .errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, Setu
 from .host import HIGH_FD, Host, move_high
 from .identity import unreachable
 from .plan import JailPlan, Slot, check_landlock, netns_wanted, plan, plan_landlock
-from .protocol import MAX_REQUEST_PAYLOAD, SP_STATUS, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, loopback_payload, \
-    mkdir_payload, open_payload, reset_payload, snapshot_payload, spawn_payload, symlink_payload  # fmt: skip
+from .protocol import (
+    MAX_REQUEST_PAYLOAD,
+    SP_STATUS,
+    SP_STDERR,
+    SP_STDIN,
+    SP_STDOUT,
+    Channel,
+    Op,
+    Reply,
+    attach_payload,  # fmt: skip
+    is_hello,
+    kill_payload,
+    loopback_payload,
+    mkdir_payload,
+    open_payload,
+    reset_payload,
+    share_payload,
+    snapshot_payload,
+    spawn_payload,
+    symlink_payload,
+)
 from .snapshot import Snapshot, image_of, release
 
 START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
@@ -82,6 +100,10 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
     try:
         preflight(config, root, host, slot)
         snaps, snaps_idmapped, layers = "", False, ()
+        if snapshot is not None and snapshot.shared:
+            raise SnapshotError(f"snapshot {snapshot} is another sandbox's writes shared by fork(n, share=True): only "
+                                "the sandboxes of that fork hold it", hint="start more from it with fork() of one of "
+                                "them, or keep a state with snapshot() to start sandboxes from")  # fmt: skip
         if snapshot is not None:
             snaps_store = host.snapshot_store()
             layers = snapshot.layers
@@ -623,7 +645,8 @@ class Jail:
     def start_over(self, base: Snapshot | None, host: Host) -> bool:
         """A fresh generation over ``base`` (None: the image) in this jail; False when it takes a new
         jail (this one binds no snapshot store, or the executor could not build it)."""
-        if self.chan is None or self.chan.closed or ((base is not None or self.snapshot is not None)
+        stored = [n for n in (base.layers if base is not None else ()) if n not in base.shared]  # type: ignore[union-attr]
+        if self.chan is None or self.chan.closed or ((stored or (self.snapshot is not None and not self.snapshot.shared))
                                                      and not self.plan.snaps):  # fmt: skip
             return False
         holds = host.snapshot_store().hold(base) if base is not None else []
@@ -637,13 +660,64 @@ class Jail:
         finally:
             release(holds)
 
-    def take_snapshot(self, dir_fd: int, max_bytes: int, timeout: float = SNAPSHOT_TIMEOUT_S) -> tuple[int, int]:
-        """Have the executor copy the generation's writes into the directory ``dir_fd`` (empty),
-        the sandbox's processes stopped meanwhile: (bytes, entries).  SnapshotError when processes
-        would not stop, the copy is over ``max_bytes``, or the executor could not copy."""
+    def share(self, count: int, *, kill: bool = False, layer: str | None = None) -> list[tuple[str, list[int]]]:
+        """``count`` sets of detached, read-only mounts of the generation's writes, for other jails'
+        ``attach`` (executor.c, "sharing"): (the places' mask, its descriptors: the caller's to
+        close) each.  ``kill``: every process of the sandbox is killed first.  ``layer``: sets of
+        that shared layer (attached here) instead."""
         chan = self.channel()
         ident = chan.new_id()
-        chan.send(Op.SNAPSHOT, ident, snapshot_payload(max_bytes), fds=[dir_fd])
+        chan.send(Op.SHARE, ident, share_payload(count, kill, layer))
+        sets: list[tuple[str, list[int]]] = []
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        try:
+            while len(sets) < count:
+                f = chan.wait(ident, deadline)
+                if f.type == Reply.FD and len(f.payload) == 4 and len(f.fds) == f.payload.count(b"1"):
+                    sets.append((f.text(), list(f.fds)))
+                    continue
+                for fd in f.fds:
+                    os.close(fd)
+                if f.type != Reply.ERROR:
+                    raise SandboxCrashed(f"the executor answered a share with a {f.type.name} frame {f.payload[:16]!r}")
+                err = f.number()
+                if err == errno.EOPNOTSUPP:
+                    raise SnapshotError("this sandbox's writes cannot be shared without a copy (isolation='landlock', "
+                                        "or a kernel without open_tree(2))", hint="fork(n) copies them (share=False)")  # fmt: skip
+                raise SnapshotError(f"the executor could not share the sandbox's state: {os.strerror(err)}")
+        except BaseException:
+            for _mask, fds in sets:
+                for fd in fds:
+                    os.close(fd)
+            raise
+        return sets
+
+    def attach(self, name: str, mask: str, fds: list[int], *, raw: bool = False) -> None:
+        """Attach a shared layer (a set from another jail's ``share``) under ``name``: then
+        ``regenerate`` may stack it (``raw``: a second set, kept only to share it on).  The
+        descriptors are closed."""
+        try:
+            chan = self.channel()
+            ident = chan.new_id()
+            chan.send(Op.ATTACH, ident, attach_payload(name, mask, raw), fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+            fds.clear()
+        f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
+        if f.type != Reply.OK:
+            err = f.number() if f.type == Reply.ERROR else errno.EIO
+            raise SnapshotError(f"the sandbox could not attach another one's shared state: {os.strerror(err)}")
+
+    def take_snapshot(self, dir_fd: int, max_bytes: int, timeout: float = SNAPSHOT_TIMEOUT_S, *,
+                      layer: str | None = None) -> tuple[int, int]:  # fmt: skip
+        """Have the executor copy the generation's writes into the directory ``dir_fd`` (empty),
+        the sandbox's processes stopped meanwhile: (bytes, entries).  SnapshotError when processes
+        would not stop, the copy is over ``max_bytes``, or the executor could not copy.
+        ``layer``: copy that shared layer (attached here) instead."""
+        chan = self.channel()
+        ident = chan.new_id()
+        chan.send(Op.SNAPSHOT, ident, snapshot_payload(max_bytes, layer), fds=[dir_fd])
         f = chan.wait(ident, time.monotonic() + timeout)
         if f.type == Reply.OK:
             text = f.text()

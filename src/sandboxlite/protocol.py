@@ -29,6 +29,10 @@ CONNECTOR empty, one unix stream socket attached  OK, or ERROR (EINVAL) without 
 SNAPSHOT  ``snapshot_payload``, one empty         OK "BYTES FILES", OK "busy: WHO"
           directory attached (the copy's place)  (processes that would not stop),
                                                  or ERROR
+SHARE     ``share_payload``                      COUNT FDs, each a mask of places
+                                                 ("1101") with a detached mount per
+                                                 "1"; ERROR ends them (share.py)
+ATTACH    ``attach_payload`` + a SHARE set       OK (no payload) or ERROR
 ========  =====================================  ==============================
 
 Replies (``Reply``, executor to host; payload at most ``MAX_REPLY_PAYLOAD``):
@@ -85,6 +89,8 @@ class Op(str, enum.Enum):
     LOOPBACK = "T"
     CONNECTOR = "U"
     SNAPSHOT = "P"
+    SHARE = "W"
+    ATTACH = "A"
 
     __str__ = str.__str__  # "S", also in f-strings on every Python version
 
@@ -312,11 +318,39 @@ def reset_payload(layers: Sequence[str] = ()) -> bytes:
     return strings(*layers)
 
 
-def snapshot_payload(max_bytes: int) -> bytes:
-    """SNAPSHOT: how many bytes the copy may take (send it with the empty directory it goes in)."""
+def snapshot_payload(max_bytes: int, layer: str | None = None) -> bytes:
+    """SNAPSHOT: how many bytes the copy may take (send it with the empty directory it goes in);
+    ``layer``: copy that shared layer (attached in the jail) instead of the generation's writes."""
     if max_bytes < 0:
         raise ValueError("max_bytes must be >= 0")
-    return str(int(max_bytes)).encode()
+    if layer is not None and not is_layer_name(layer):
+        raise ValueError(f"not a shared layer's name: {layer!r}")
+    return f"{int(max_bytes)}{' ' + layer if layer is not None else ''}".encode()
+
+
+SHARE_PLACES = ("root", "testbed", "tmp", "home")  # a shared layer's places, in the mask's order
+
+
+def share_payload(count: int, kill: bool = False, layer: str | None = None) -> bytes:
+    """SHARE: ``count`` sets of the generation's writes, every process killed first (``kill``: a
+    fork's); or, with ``layer``, ``count`` sets of that shared layer attached here."""
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1024:
+        raise ValueError(f"a share makes 1 to 1024 sets, not {count!r}")
+    if layer is not None:
+        if not is_layer_name(layer) or len(layer) < 2:
+            raise ValueError(f"not a shared layer's name: {layer!r}")
+        return f"{layer} {count}".encode()
+    return f"{1 if kill else 0} {count}".encode()
+
+
+def attach_payload(name: str, mask: str, raw: bool = False) -> bytes:
+    """ATTACH: the shared layer's name and its places' mask (as SHARE answered); send its
+    descriptors.  ``raw``: a second set of an attached layer, kept only to clone from."""
+    if not is_layer_name(name):
+        raise ValueError(f"not a snapshot layer's name: {name!r}")
+    if len(mask) != len(SHARE_PLACES) or set(mask) - {"0", "1"}:
+        raise ValueError(f"not a mask of places: {mask!r}")
+    return strings(name, mask, *(("raw",) if raw else ()))
 
 
 def mkdir_payload(path: str, mode: int = 0o755) -> bytes:
@@ -384,6 +418,7 @@ class Frame:
     id: int
     payload: bytes
     fd: int | None = None
+    fds: tuple[int, ...] = ()  # every descriptor of an FD frame (SHARE's: one per "1" of its mask)
 
     def text(self) -> str:
         return self.payload.decode("utf-8", "replace")
@@ -526,7 +561,9 @@ class Channel:
             frame, size = got
             del buf[:size]
             if frame.type is Reply.FD:
-                frame.fd = self._fds.popleft() if self._fds else None
+                k = frame.payload.count(b"1") if frame.payload else 1  # (SHARE's payload is its mask)
+                frame.fds = tuple(self._fds.popleft() for _ in range(min(k, len(self._fds))))
+                frame.fd = frame.fds[0] if frame.fds else None
             self._frames.setdefault(frame.id, deque()).append(frame)
 
     def take(self, id_: int) -> Frame | None:

@@ -17,7 +17,6 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from .result import ExecResult
 from .snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from .pool import SandboxPool
     from .shell import Shell
 
 
@@ -192,23 +192,18 @@ class Sandbox:
         with self.lock:
             return snapshot_mod.take(self.jail, self.host.snapshot_store(), self._base, max_bytes)
 
-    def fork(self, n: int) -> list["Sandbox"]:
-        """``n`` new sandboxes, each starting from this one's filesystem state (one ``snapshot()``
-        they share: nothing is copied per child), isolated from each other and from this one; they
-        start side by side.  The caller closes them; the snapshot goes with the last of them
-        (keep it with ``snapshot()``, which names the same state, to start more later)."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError("n", f"must be a positive number of sandboxes, got {n!r}")
-        with self.lock:  # (a snapshot of their own: removed when the last of them closes, see Store.prune)
-            snap = snapshot_mod.take(self.jail, self.host.snapshot_store(), self._base, transient=True)
-        with ThreadPoolExecutor(max_workers=min(n, 2 * (os.cpu_count() or 1))) as ex:
-            futures = [ex.submit(Sandbox, self.config, host=self.host, snapshot=snap) for _ in range(n)]
-        children = [f.result() for f in futures if f.exception() is None]
-        if len(children) < n:
-            for c in children:
-                c.close()
-            raise next(f.exception() for f in futures if f.exception() is not None)
-        return children
+    def fork(self, n: int, *, share: bool = False, pool: "SandboxPool | None" = None) -> list["Sandbox"]:
+        """``n`` sandboxes, each starting from this one's filesystem state, isolated from each other
+        and from this one; they start side by side.  By default the state is one ``snapshot()`` they
+        share (nothing is copied per child; it goes with the last of them: keep it with
+        ``snapshot()``, which names the same state); the caller closes them.  ``share=True``: not
+        even that copy (the time does not grow with the data): this sandbox's writes become their
+        read-only bottom layer, and this sandbox starts over on it too, what runs in it ended as by
+        ``reset()``.  ``pool``: the children are that pool's warm sandboxes (release them to it).
+        See share.py."""
+        from .share import fork
+
+        return fork(self, n, share=share, pool=pool)
 
     def __enter__(self) -> "Sandbox":
         return self

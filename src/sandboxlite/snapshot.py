@@ -18,15 +18,12 @@ needs privileges and kernel features a sandbox host cannot assume, and restores 
 pids, timers) that a fresh episode should not inherit anyway.
 
 Why a snapshot copies (its cost grows with the data written: 1.5 to 1.8 ms per MB here, the sha256
-a third of it): the sandbox's writes live in a size-capped tmpfs that its jail
-mounted, in the jail's own mount and user namespaces.  The children are jails of their own (own
-namespaces, own caps, able to outlive the parent), and the kernel mounts no overlay lower layer
-from another mount namespace (tried here, even as host root: "overlayfs: failed to clone
-lowerpath"), nor (by ``clone_private_mount``'s rules) a detached copy of one
-unless the mounter holds CAP_SYS_ADMIN over the user namespace it came from, which a sibling jail
-does not.  Freezing the upper in place would need every jail to nest in one long-lived
-namespace of the host's (a different core), or a reflink filesystem under the writes.  So the
-writes are copied into the store, on the host's side of the namespaces, and checked there.
+a third of it): a snapshot outlives the sandbox and can start any sandbox, later, in another
+process or on another machine (export); the sandbox's writes live in a size-capped tmpfs of its
+jail, which goes with it.  So the writes are copied into the store, on the host's side of the
+namespaces, checked and named there.  ``fork(n, share=True)`` (share.py) copies nothing: the
+tmpfs itself becomes the children's bottom layer, passed between the jails as detached mounts,
+and the forked sandbox starts over on it (nothing may write there any more).
 
 Layout of a store (``paths.snapshots()``, tmpfs-backed by default)::
 
@@ -88,6 +85,9 @@ class Snapshot:
     # taken by fork() for its children alone: removed when the last sandbox using it closes, unless
     # snapshot() of the same state kept it since (the store's metadata says; this is a hint)
     transient: bool = field(default=False, compare=False)
+    # layers (a top run of ``layers``) that are not in the store: another sandbox's writes shared by
+    # fork(share=True), attached in the jails that use them (share.py)
+    shared: frozenset = field(default=frozenset(), compare=False)
 
     @property
     def parent(self) -> str | None:
@@ -103,6 +103,14 @@ class Snapshot:
     def layers(self) -> tuple[str, ...]:
         """Its layers, top first: this snapshot's name, then its ancestors'."""
         return (self.name, *self.ancestors)
+
+    @property
+    def stored(self) -> "Snapshot | None":
+        """The part of its stack that is in the store (itself unless ``shared``; None: the image)."""
+        if not self.shared:
+            return self
+        below = [n for n in self.layers if n not in self.shared]
+        return self.store.meta(below[0]) if below else None
 
     def flatten(self) -> "Snapshot":
         """The same state as one layer without a parent (for stacks near the depth limit): ``flatten``."""
@@ -332,21 +340,33 @@ def _copy_xattrs(s: str, d: str) -> None:
 def take(jail, store: Store, base: Snapshot | None, max_bytes: int | None = None, *,
          transient: bool = False) -> Snapshot:  # fmt: skip
     """A snapshot of the live ``jail`` (launch.Jail) whose generation was built over ``base``
-    (see ``Sandbox.snapshot``); ``transient``: fork()'s, see ``Store.prune``."""
+    (see ``Sandbox.snapshot``); ``transient``: fork()'s, see ``Store.prune``.  Shared layers
+    under it (fork(share=True)'s, not in the store) are copied into the store first, each a layer."""
     if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
         raise ConfigError("max_bytes", f"must be a number of bytes (an int >= 0), got {max_bytes!r}")
+    cap = max_bytes if max_bytes is not None else store.max_bytes
+    parent = base
+    if base is not None and base.shared:
+        parent = base.stored
+        for layer in reversed([n for n in base.layers if n in base.shared]):  # the bottom first
+            parent = _copy_in(jail, store, parent, cap, transient, layer)
+    return _copy_in(jail, store, parent, cap, transient, None)
+
+
+def _copy_in(jail, store: Store, parent: Snapshot | None, cap: int, transient: bool, layer: str | None) -> Snapshot:
+    """The executor's copy (of the generation's writes, or of the shared ``layer``), kept over ``parent``."""
     uid = jail.plan.run_as
     staged = store.staging(uid if uid is not None and store.owner is not None and uid != store.owner else None)
     try:
         fd = os.open(staged, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            jail.take_snapshot(fd, max_bytes if max_bytes is not None else store.max_bytes)
+            jail.take_snapshot(fd, cap, layer=layer)
         finally:
             os.close(fd)
     except BaseException:
         remove_tree(staged)
         raise
-    return store.commit(staged, parent=base, rootfs=image_of(jail.plan.rootfs), transient=transient)
+    return store.commit(staged, parent=parent, rootfs=image_of(jail.plan.rootfs), transient=transient)
 
 
 def let_go(snap: Snapshot | None, keep: Snapshot | None = None) -> None:
@@ -502,6 +522,8 @@ class Store:
         fds: list[int] = []
         try:
             for name in snap.layers:
+                if name in snap.shared:  # (not the store's: the jails that use it hold it)
+                    continue
                 if not (self.root / "layers" / name).is_dir():
                     raise SnapshotError(f"snapshot {name[:12]} is not in {self.root} (removed?)",
                                         hint="take it again, or import it (sandboxlite snapshot import)")  # fmt: skip

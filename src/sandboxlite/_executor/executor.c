@@ -66,7 +66,13 @@
  *   'Y' symlink  target, path: 'R' or 'E'
  *   'D' sink     no payload; the attached pipes are drained and discarded
  *   'L' last pid no payload: 'R' with the namespace's last pid
- *   'Z' reset    no payload: every process killed, a new generation; 'R' or 'E'
+ *   'Z' reset    the layers (top first; none: the image): every process killed,
+ *                a new generation over them; 'R' or 'E'
+ *   'P' snapshot "MAX_BYTES" [" NAME"] and an empty directory: the generation's
+ *                writes (or the shared layer NAME) copied there; see "snapshots"
+ *   'W' share    "1 COUNT", "0 COUNT" or "NAME COUNT": COUNT 'F' frames, each a
+ *                mask of places and their detached mounts; see "sharing"
+ *   'A' attach   NAME, MASK (and "raw") with such a set: 'R' or 'E'
  *   'T' loopback "listen PORT" or "connect PORT": a TCP socket on 127.0.0.1
  *                in the sandbox's network namespace, listening or connecting
  *                (non-blocking: the host waits for it); 'F' with it or 'E'.
@@ -149,6 +155,8 @@ enum request {
   REQ_LOOPBACK = 'T',
   REQ_CONNECTOR = 'U',
   REQ_SNAPSHOT = 'P',
+  REQ_SHARE = 'W',
+  REQ_ATTACH = 'A',
 };
 
 enum reply {
@@ -354,14 +362,14 @@ static int send_with_fds(int sock, const void *hdr, size_t hlen, const void *pay
   return write_all(sock, (const char *)payload + (done - hlen), plen - (done - hlen));
 }
 
-/* Receive exactly hlen header bytes, and the descriptors that came with them
- * (close-on-exec).  0, or -1 on end of file or error. */
-static int recv_with_fds(int sock, void *hdr, size_t hlen, int *fds, int *nfds) {
+/* One recvmsg of at most size bytes and the descriptors that came with them (close-on-exec):
+ * the bytes received (0 at end of file), or -1. */
+static ssize_t recv_fds(int sock, void *buf, size_t size, int *fds, int *nfds) {
   union {
     struct cmsghdr h;
     char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
   } cm;
-  struct iovec iov = {hdr, hlen};
+  struct iovec iov = {buf, size};
   struct msghdr msg = {0};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -370,19 +378,26 @@ static int recv_with_fds(int sock, void *hdr, size_t hlen, int *fds, int *nfds) 
   ssize_t n;
   do n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
-  if (n <= 0) return -1;
   *nfds = 0;
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); n > 0 && c; c = CMSG_NXTHDR(&msg, c))
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
       for (int i = 0; i < k && *nfds < MAX_FDS; i++) memcpy(&fds[(*nfds)++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
     }
+  return n;
+}
+
+/* Receive exactly hlen header bytes, and the descriptors that came with them
+ * (close-on-exec).  0, or -1 on end of file or error. */
+static int recv_with_fds(int sock, void *hdr, size_t hlen, int *fds, int *nfds) {
+  ssize_t n = recv_fds(sock, hdr, hlen, fds, nfds);
+  if (n <= 0) return -1;
   if ((size_t)n < hlen && read_all(sock, (char *)hdr + n, hlen - (size_t)n) < 0) return -1;
   return 0;
 }
 
 /* Send one frame, optionally with one descriptor attached. */
-static void send_frame(char type, uint32_t id, const void *payload, uint32_t plen, int fd) {
+static void send_frame_fds(char type, uint32_t id, const void *payload, uint32_t plen, const int *fds, int nfds) {
   char hdr[9];
   if (plen > MAX_REPLY_PAYLOAD) _exit(EXIT_FATAL); /* the host would drop the jail anyway */
   uint32_t len = 5 + plen;
@@ -390,7 +405,11 @@ static void send_frame(char type, uint32_t id, const void *payload, uint32_t ple
   hdr[4] = type;
   memcpy(hdr + 5, &id, 4);
   /* the host gone; a connector that has gone is only dropped (its hang-up is polled) */
-  if (send_with_fds(ctrl, hdr, 9, payload, plen, &fd, fd >= 0 ? 1 : 0) < 0 && ctrl == opts.ctrl) _exit(0);
+  if (send_with_fds(ctrl, hdr, 9, payload, plen, fds, nfds) < 0 && ctrl == opts.ctrl) _exit(0);
+}
+
+static void send_frame(char type, uint32_t id, const void *payload, uint32_t plen, int fd) {
+  send_frame_fds(type, id, payload, plen, &fd, fd >= 0 ? 1 : 0);
 }
 
 static void send_str(char type, uint32_t id, const char *s) {
@@ -563,6 +582,17 @@ static int gen_ws = -1; /* the generation's workspace (/.sl/gen: the root overla
 enum { PL_TESTBED, PL_TMP, PL_HOME, N_PLACE_WS };
 static int gen_pws[N_PLACE_WS] = {-1, -1, -1};
 static int g_pws[N_PLACE_WS] = {-1, -1, -1}; /* G's own descriptors of them, for the report */
+/* Templates for sharing (fork without a copy, 'W'): a detached clone (open_tree) of each tmpfs
+ * holding the generation's writes, made by G before they leave every path: the workspace (the
+ * root's upper is its u/) and the places, in SHARE_PLACES order.  Only a process in the
+ * generation's mount namespace may clone them again (the kernel's rule for detached mounts). */
+enum { SH_ROOT, SH_TESTBED, SH_TMP, SH_HOME, N_SHARE };
+static const char *const share_places[N_SHARE] = {"root", "testbed", "tmp", "home"};
+static int gen_tpl[N_SHARE] = {-1, -1, -1, -1};
+static int gen_tpl_upper[N_SHARE]; /* the writes are the template's u/ (an overlay's upper), else all of it */
+static int g_tpl[N_SHARE] = {-1, -1, -1, -1}, g_tpl_upper[N_SHARE];
+#define FORK_DIR "/.sl/fork" /* shared layers attached ('A'): FORK_DIR/NAME/PLACE, in PID 1's mount namespace */
+static int fork_dir_ready;
 /* The jail's whole root and its /proc.  The executor itself lives chrooted in /proc: a mount
  * table (/proc/PID/mountinfo, readable by any process) lists the mounts under its task's root,
  * and bwrap's mounts name host paths (the image, the host's /etc copy, the caller's mounts).
@@ -610,9 +640,13 @@ static int layer_dirs(const char *place, char *out, size_t size) {
   for (int i = 0; i < n_layers; i++) {
     char p[PATH_MAX];
     struct stat st;
-    snprintf(p, sizeof p, "%s/%s", opts.snaps, layers[i]);
+    /* a shared layer attached here ('A'), else one of the store's */
+    snprintf(p, sizeof p, FORK_DIR "/%s", layers[i]);
+    const char *top = stat(p, &st) == 0 && S_ISDIR(st.st_mode) ? FORK_DIR : opts.snaps;
+    if (!top) gen_fail("snapshot layer (no store, not attached)", layers[i]);
+    snprintf(p, sizeof p, "%s/%s", top, layers[i]);
     if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode)) gen_fail("snapshot layer", p);
-    snprintf(p, sizeof p, "%s/%s/%s", opts.snaps, layers[i], place);
+    snprintf(p, sizeof p, "%s/%s/%s", top, layers[i], place);
     if (lstat(p, &st) < 0) {
       if (errno == ENOENT) continue; /* this snapshot changed nothing there */
       gen_fail("snapshot layer", p);
@@ -664,6 +698,28 @@ static void place_at(const char *path, const char *place, int which, unsigned lo
   mkdir_p(dir, 0755);
   mkdir_p(path, 0755);
   overlay_at(path, lowers, ws);
+}
+
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x4
+#endif
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+struct sl_mount_attr {
+  uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+#define SL_MOUNT_ATTR_RDONLY 0x1
+#define SL_MOUNT_ATTR_NOSUID 0x2
+#define SL_MOUNT_ATTR_NODEV 0x4
+
+/* G: a detached clone of the tmpfs at path, for sharing; none (-1) when the kernel has no open_tree */
+static void share_template(int which, const char *path, int upper) {
+  g_tpl[which] = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE);
+  g_tpl_upper[which] = upper;
 }
 
 /* G: build the generation's mount namespace, pivot into it, report, wait. */
@@ -737,6 +793,23 @@ static void gen_child(int ready_w, int hold_r) {
     snprintf(path, sizeof path, "%s%s", root, opts.mkdirs[i]);
     mkdir_p(path, 0755);
   }
+  /* templates of the tmpfs holding the writes, for sharing ('W'; see gen_tpl) */
+  if (opts.lower) share_template(SH_ROOT, "/.sl/gen", 1);
+  static const struct {
+    int sh, pl;
+    const char *dir;
+  } tpl_places[] = {{SH_TESTBED, PL_TESTBED, "testbed"}, {SH_TMP, PL_TMP, "tmp"}, {SH_HOME, PL_HOME, "root"}};
+  for (size_t i = 0; i < sizeof tpl_places / sizeof *tpl_places; i++) {
+    int sh = tpl_places[i].sh, pl = tpl_places[i].pl;
+    if ((sh == SH_TESTBED && opts.testbed <= 0) || (sh == SH_HOME && opts.lower)) continue;
+    if (g_pws[pl] >= 0) {
+      snprintf(path, sizeof path, "/.sl/gen/p-%s", share_places[sh]);
+      share_template(sh, path, 1);
+    } else {
+      snprintf(path, sizeof path, "%s/%s", root, tpl_places[i].dir);
+      share_template(sh, path, 0);
+    }
+  }
   /* the workspace (the writes of the generation's overlays), for the executor's snapshots: once
    * the old root is detached below, only this descriptor (and the overlays) reach it */
   int ws = open("/.sl/gen", O_PATH | O_DIRECTORY);
@@ -745,9 +818,14 @@ static void gen_child(int ready_w, int hold_r) {
   if (syscall(SYS_pivot_root, ".", ".") < 0) gen_fail("pivot_root", root);
   if (umount2(".", MNT_DETACH) < 0) gen_fail("umount old root", NULL);
   if (chdir("/") < 0) gen_fail("chdir", "/");
-  if (!opts.lower) umount2("/.sl/gen", MNT_DETACH); /* the recursive bind copied our workspace */
-  char msg[64];
-  int len = snprintf(msg, sizeof msg, "%d %d %d %d", ws, g_pws[PL_TESTBED], g_pws[PL_TMP], g_pws[PL_HOME]);
+  if (!opts.lower) { /* the recursive bind copied our workspace, and the shared layers attached */
+    umount2("/.sl/gen", MNT_DETACH);
+    umount2(FORK_DIR, MNT_DETACH);
+  }
+  char msg[160];
+  int len = snprintf(msg, sizeof msg, "%d %d %d %d %d %d %d %d %d %d %d %d", ws, g_pws[PL_TESTBED], g_pws[PL_TMP],
+                     g_pws[PL_HOME], g_tpl[0], g_tpl[1], g_tpl[2], g_tpl[3], g_tpl_upper[0], g_tpl_upper[1],
+                     g_tpl_upper[2], g_tpl_upper[3]);
   if (write(ready_w, msg, (size_t)len) != len) _exit(EXIT_SETUP);
   char c;
   while (read(hold_r, &c, 1) < 0 && errno == EINTR) {
@@ -1012,7 +1090,7 @@ static int new_generation(void) {
   }
   close(ready[1]);
   close(hold[0]);
-  char msg[64], path[64];
+  char msg[160], path[64];
   ssize_t n;
   do n = read(ready[0], msg, sizeof msg - 1);
   while (n < 0 && errno == EINTR);
@@ -1026,13 +1104,24 @@ static int new_generation(void) {
     ipc = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
     snprintf(path, sizeof path, "%d/root", (int)g);
     rootfd = openat(proc_fd, path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    int nums[1 + N_PLACE_WS], k = 0;
-    for (char *p = msg, *end; k < 1 + N_PLACE_WS; p = end) {
+    int nums[1 + N_PLACE_WS + 2 * N_SHARE], k = 0;
+    for (char *p = msg, *end; k < 1 + N_PLACE_WS + 2 * N_SHARE; p = end) {
       nums[k++] = (int)strtol(p, &end, 10);
       if (end == p) break;
     }
     snprintf(path, sizeof path, "%d/fd/%d", (int)g, nums[0]);
-    wsfd = k == 1 + N_PLACE_WS ? openat(proc_fd, path, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+    wsfd = k == 1 + N_PLACE_WS + 2 * N_SHARE ? openat(proc_fd, path, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+    /* the templates themselves (pidfd_getfd: the same open file; a detached tree is dissolved when
+     * the file open_tree made is closed, so reopening /proc/G/fd/N would not keep it) */
+    int gpid = wsfd >= 0 ? (int)syscall(SYS_pidfd_open, g, 0) : -1;
+    for (int i = 0; i < N_SHARE; i++) { /* (a template that cannot be had: no sharing) */
+      if (gen_tpl[i] >= 0) close(gen_tpl[i]);
+      gen_tpl[i] = -1;
+      gen_tpl_upper[i] = nums[1 + N_PLACE_WS + N_SHARE + i];
+      if (gpid >= 0 && nums[1 + N_PLACE_WS + i] >= 0)
+        gen_tpl[i] = (int)syscall(SYS_pidfd_getfd, gpid, nums[1 + N_PLACE_WS + i], 0);
+    }
+    if (gpid >= 0) close(gpid);
     for (int i = 0; wsfd >= 0 && i < N_PLACE_WS; i++) {
       if (gen_pws[i] >= 0) close(gen_pws[i]);
       gen_pws[i] = -1;
@@ -1172,20 +1261,11 @@ static int load_filter(int fd) {
 
 /* Reset: kill every process of the sandbox, then a fresh generation over the snapshot layers the
  * payload names (NUL-terminated, top first; none: the image). */
-static void do_reset(uint32_t id, const char *payload, size_t plen) {
-  char names[MAX_LAYERS][LAYER_ID_MAX + 1];
-  int n = 0;
-  for (size_t i = 0; i < plen;) {
-    size_t len = strnlen(payload + i, plen - i);
-    if (i + len == plen || n == MAX_LAYERS || !layer_name_ok(payload + i, len) || (opts.landlock || !opts.snaps)) {
-      send_errno(id, opts.landlock ? EOPNOTSUPP : EINVAL);
-      return;
-    }
-    memcpy(names[n++], payload + i, len + 1);
-    i += len + 1;
-  }
-  memcpy(layers, names, sizeof names);
-  n_layers = n;
+static void close_fds(int *fds, int n);
+static int parse_number(const char *s, unsigned long long *out);
+
+/* Every process of the sandbox killed and reaped (PID 1 spared), and what served them dropped. */
+static void kill_generation(void) {
   if (opts.landlock) {
     kill_tree();
   } else {
@@ -1201,6 +1281,276 @@ static void do_reset(uint32_t id, const char *payload, size_t plen) {
   zygote_gone(); /* killed above with everything else; the new generation gets its own */
   for (size_t i = 0; i < n_sinks; i++) close(pfds[SINK0 + i].fd);
   n_sinks = 0;
+}
+
+/* Is the shared layer NAME attached ('A')? */
+static int is_attached(const char *name) {
+  char p[PATH_MAX];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", FORK_DIR + 1, name);
+  return fstatat(root_fd, p, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* ---- sharing: fork without a copy (namespaces only) -------------------------
+ *
+ * 'W' share, payload "1 COUNT" or "0 COUNT": COUNT sets of the generation's writes as detached,
+ * read-only (nosuid, nodev) mounts of the tmpfs that hold them, one per place with writes (root:
+ * the copy-on-write layer's upper; testbed, tmp, home), to be a lower layer of other sandboxes:
+ * COUNT 'F' frames, each with payload the places' mask ("1101": root, testbed, tmp, home) and
+ * the descriptors in that order; 'E' ends them early (EOPNOTSUPP without namespaces or without
+ * open_tree).  "1" first kills every process of the
+ * sandbox: nothing may write there any more, and the host starts this sandbox over too ('Z'
+ * with the shared layer on top: nothing is copied, so it cannot go on writing where the others
+ * read).  A set per sandbox: a mount attaches once.  "NAME COUNT" instead: sets of the shared
+ * layer NAME attached here (the layers under a fork's own), of its raw copy when it has one.
+ * 'A' attach, payload "NAME\0MASK\0" with a set of such descriptors: mounts them at
+ * FORK_DIR/NAME/PLACE in PID 1's mount namespace, where every generation's 'Z' finds NAME
+ * among its layers (a generation's own namespace starts as a copy of it; the commands never
+ * see it: they live in the generation's root).  "NAME\0MASK\0raw\0": a second set of NAME kept at
+ * FORK_DIR/NAME/raw, only to clone from ('W' NAME) when NAME's own set was idmapped for this
+ * sandbox's host uid (an idmapped mount is idmapped once).  A reset unmounts the shared layers
+ * its generation is not built over.  Cloning again needs the generation's mount namespace (the kernel clones a detached
+ * mount only in the namespace it came from): a helper joins it for 'W'. */
+/* One set of clones of the shared layer NAME attached here (of its raw/ copy when it has one):
+ * the places' mask in mask, the descriptors in out; how many, or -1 with errno. */
+static int clone_attached(const char *name, char *mask, int *out) {
+  char p[PATH_MAX], base[PATH_MAX];
+  struct stat st;
+  int n = 0;
+  snprintf(base, sizeof base, "%s/%s/raw", FORK_DIR + 1, name);
+  if (fstatat(root_fd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) snprintf(base, sizeof base, "%s/%s", FORK_DIR + 1, name);
+  for (int i = 0; i < N_SHARE; i++) {
+    mask[i] = '0';
+    snprintf(p, sizeof p, "%s/%s", base, share_places[i]);
+    if (fstatat(root_fd, p, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+    int c = (int)syscall(SYS_open_tree, root_fd, p, OPEN_TREE_CLONE | O_CLOEXEC);
+    if (c < 0) {
+      int err = errno;
+      close_fds(out, n);
+      errno = err;
+      return -1;
+    }
+    out[n++] = c;
+    mask[i] = '1';
+  }
+  mask[N_SHARE] = 0;
+  return n;
+}
+
+/* The helper of 'W' (in the generation's mount namespace): COUNT sets of clones of the templates,
+ * each sent to PID 1 as its mask (N_SHARE + 1 bytes) with its descriptors; an errno (an int) ends it. */
+static void share_helper(int sock, unsigned long long count) {
+  if (setns(gen_mnt, CLONE_NEWNS) < 0) {
+    int err = errno;
+    if (write(sock, &err, sizeof err) < 0) _exit(3);
+    _exit(1);
+  }
+  for (unsigned long long k = 0; k < count; k++) {
+    int out[N_SHARE], n = 0;
+    char mask[N_SHARE + 1] = {0};
+    for (int i = 0; i < N_SHARE; i++) {
+      mask[i] = '0';
+      if (gen_tpl[i] < 0) continue;
+      int c = (int)syscall(SYS_open_tree, gen_tpl[i], gen_tpl_upper[i] ? "u" : "",
+                           OPEN_TREE_CLONE | O_CLOEXEC | (gen_tpl_upper[i] ? 0 : AT_EMPTY_PATH));
+      struct sl_mount_attr at = {SL_MOUNT_ATTR_RDONLY | SL_MOUNT_ATTR_NOSUID | SL_MOUNT_ATTR_NODEV, 0, 0, 0};
+      if (c < 0 || syscall(SYS_mount_setattr, c, "", AT_EMPTY_PATH, &at, sizeof at) < 0) {
+        int err = errno;
+        if (write(sock, &err, sizeof err) < 0) _exit(3);
+        _exit(2);
+      }
+      out[n++] = c;
+      mask[i] = '1';
+    }
+    if (send_with_fds(sock, mask, N_SHARE + 1, NULL, 0, out, n) < 0) _exit(4);
+    close_fds(out, n);
+  }
+  _exit(0);
+}
+
+static void do_share(uint32_t id, const char *payload) {
+  char what[LAYER_ID_MAX + 1];
+  unsigned long long count;
+  const char *sp = strchr(payload, ' ');
+  if (!sp || sp == payload || (size_t)(sp - payload) > LAYER_ID_MAX || parse_number(sp + 1, &count) < 0 ||
+      count < 1 || count > 1024) {
+    send_errno(id, EINVAL);
+    return;
+  }
+  memcpy(what, payload, (size_t)(sp - payload));
+  what[sp - payload] = 0;
+  if (opts.landlock) {
+    send_errno(id, EOPNOTSUPP);
+    return;
+  }
+  if (strcmp(what, "0") != 0 && strcmp(what, "1") != 0) { /* NAME: a shared layer attached here */
+    if (!layer_name_ok(what, strlen(what)) || !is_attached(what)) {
+      send_errno(id, ENOENT);
+      return;
+    }
+    for (unsigned long long k = 0; k < count; k++) {
+      int out[N_SHARE];
+      char mask[N_SHARE + 1];
+      int n = clone_attached(what, mask, out);
+      if (n < 0) {
+        send_errno(id, errno);
+        return;
+      }
+      send_frame_fds(REP_FD, id, mask, N_SHARE, out, n);
+      close_fds(out, n);
+    }
+    return;
+  }
+  int any = 0;
+  for (int i = 0; i < N_SHARE; i++) any |= gen_tpl[i] >= 0;
+  if (!any || gen_mnt < 0) {
+    send_errno(id, EOPNOTSUPP);
+    return;
+  }
+  if (what[0] == '1') kill_generation();
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+    send_errno(id, errno);
+    return;
+  }
+  pid_t h = fork();
+  if (h < 0) {
+    int err = errno;
+    close(sv[0]), close(sv[1]);
+    send_errno(id, err);
+    return;
+  }
+  if (h == 0) share_helper(sv[1], count);
+  close(sv[1]);
+  int err = 0;
+  for (unsigned long long k = 0; k < count && !err; k++) {
+    char buf[16];
+    int fds[MAX_FDS], nfds = 0;
+    ssize_t got = recv_fds(sv[0], buf, sizeof buf, fds, &nfds);
+    int want = 0;
+    for (int i = 0; got == N_SHARE + 1 && i < N_SHARE; i++) want += buf[i] == '1';
+    if (got != N_SHARE + 1 || nfds != want) {
+      err = got == (ssize_t)sizeof(int) ? *(int *)buf : EIO;
+      close_fds(fds, nfds);
+      break;
+    }
+    send_frame_fds(REP_FD, id, buf, N_SHARE, fds, nfds);
+    close_fds(fds, nfds);
+  }
+  close(sv[0]);
+  int status = 0;
+  while (waitpid(h, &status, __WALL) < 0 && errno == EINTR) {
+  }
+  if (err) send_errno(id, err); /* (after the sets sent so far: the host closes them) */
+}
+
+static void do_attach(uint32_t id, const char *payload, size_t plen, int *fds, int nfds) {
+  size_t len = strnlen(payload, plen);
+  const char *mask = payload + len + 1;
+  int want = 0, raw = 0;
+  if (opts.landlock) {
+    send_errno(id, EOPNOTSUPP);
+    return;
+  }
+  if (len == plen || !layer_name_ok(payload, len) || plen < len + 1 + N_SHARE + 1 || mask[N_SHARE] != 0) {
+    send_errno(id, EINVAL);
+    return;
+  }
+  if (plen > len + 1 + N_SHARE + 1) { /* "raw": a copy only to clone from (NAME is attached) */
+    raw = plen == len + 1 + N_SHARE + 1 + 4 && memcmp(mask + N_SHARE + 1, "raw", 4) == 0;
+    if (!raw) {
+      send_errno(id, EINVAL);
+      return;
+    }
+  }
+  for (int i = 0; i < N_SHARE; i++) {
+    if (mask[i] != '0' && mask[i] != '1') {
+      send_errno(id, EINVAL);
+      return;
+    }
+    want += mask[i] == '1';
+  }
+  if (want != nfds || is_attached(payload) != raw) {
+    send_errno(id, want != nfds ? EINVAL : raw ? ENOENT : EEXIST);
+    return;
+  }
+  char p[PATH_MAX];
+  if (!fork_dir_ready) { /* a tmpfs of our own there (bwrap's root is read-only) */
+    int r = fchdir(root_fd) == 0 ? mount("sandboxlite", FORK_DIR + 1, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                         "size=1m,mode=0700") : -1;
+    int err = errno;
+    if (fchdir(proc_fd) < 0) die("back to /proc");
+    if (r < 0) {
+      send_errno(id, err);
+      return;
+    }
+    fork_dir_ready = 1;
+  }
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/%s%s", FORK_DIR + 1, payload, raw ? "/raw" : "");
+  if (mkdirat(root_fd, dir, 0700) < 0) {
+    send_errno(id, errno);
+    return;
+  }
+  for (int i = 0, k = 0; i < N_SHARE; i++) {
+    if (mask[i] != '1') continue;
+    snprintf(p, sizeof p, "%s/%s", dir, share_places[i]);
+    if (mkdirat(root_fd, p, 0700) < 0 ||
+        syscall(SYS_move_mount, fds[k++], "", root_fd, p, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+      send_errno(id, errno); /* (what was attached stays: the name is taken) */
+      return;
+    }
+  }
+  send_str(REP_OK, id, "");
+}
+
+/* Before a new generation: the shared layers it is not built over are unmounted (the kernel frees
+ * a shared tmpfs with its last mount: the old generation's are gone with its processes). */
+static void detach_unused(void) {
+  if (!fork_dir_ready) return;
+  DIR *dir = dir_at(root_fd, FORK_DIR + 1);
+  if (!dir) return;
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    if (!layer_name_ok(e->d_name, strlen(e->d_name))) continue;
+    int used = 0;
+    for (int i = 0; i < n_layers && !used; i++) used = strcmp(layers[i], e->d_name) == 0;
+    if (used) continue;
+    char p[PATH_MAX], name[LAYER_ID_MAX + 1];
+    snprintf(name, sizeof name, "%s", e->d_name);
+    for (int i = 0; i < 2 * N_SHARE; i++) {
+      snprintf(p, sizeof p, "%s/%s/%s%s", FORK_DIR + 1, name, i < N_SHARE ? "" : "raw/", share_places[i % N_SHARE]);
+      if (fchdir(root_fd) == 0) {
+        umount2(p, MNT_DETACH);
+        rmdir(p);
+      }
+    }
+    snprintf(p, sizeof p, "%s/%s/raw", FORK_DIR + 1, name);
+    if (fchdir(root_fd) == 0) rmdir(p);
+    snprintf(p, sizeof p, "%s/%s", FORK_DIR + 1, name);
+    if (fchdir(root_fd) == 0 && rmdir(p) == 0) rewinddir(dir); /* (the directory changed under the walk) */
+  }
+  closedir(dir);
+  if (fchdir(proc_fd) < 0) die("back to /proc");
+}
+
+static void do_reset(uint32_t id, const char *payload, size_t plen) {
+  char names[MAX_LAYERS][LAYER_ID_MAX + 1];
+  int n = 0;
+  for (size_t i = 0; i < plen;) {
+    size_t len = strnlen(payload + i, plen - i);
+    if (i + len == plen || n == MAX_LAYERS || !layer_name_ok(payload + i, len) || opts.landlock ||
+        (!opts.snaps && !is_attached(payload + i))) {
+      send_errno(id, opts.landlock ? EOPNOTSUPP : EINVAL);
+      return;
+    }
+    memcpy(names[n++], payload + i, len + 1);
+    i += len + 1;
+  }
+  memcpy(layers, names, sizeof names);
+  n_layers = n;
+  kill_generation();
+  detach_unused();
   if (new_generation() < 0) {
     send_errno(id, errno);
     return;
@@ -1500,6 +1850,41 @@ static int place_source(int ws, const char *at, int *upper) {
   return open_in(at, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
 }
 
+/* Copy one place's writes (the directory src) into dst/NAME, unless there are none. */
+static int copy_place(int src, int dst, const char *name, struct copy_job *job) {
+  if (dir_empty(src)) return 0;
+  struct stat st;
+  int d = -1;
+  int r = fstat(src, &st) == 0 && mkdirat(dst, name, 0700) == 0 &&
+                  (d = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0 &&
+                  copy_tree(src, d, 0, job) == 0 && fchmod(d, st.st_mode & 01777) == 0 &&
+                  futimens(d, (struct timespec[2]){st.st_atim, st.st_mtim}) == 0 ? 0 : -1;
+  int err = errno;
+  if (d >= 0) close(d);
+  errno = err;
+  return r;
+}
+
+/* The places of the shared layer `layer` (attached here: its raw copy when it has one), as a layer. */
+static int snapshot_attached(const char *layer, int dst, struct copy_job *job) {
+  char base[PATH_MAX], p[PATH_MAX];
+  struct stat st;
+  snprintf(base, sizeof base, "%s/%s/raw", FORK_DIR + 1, layer);
+  if (fstatat(root_fd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) snprintf(base, sizeof base, "%s/%s", FORK_DIR + 1, layer);
+  job->keep_overlay_xattrs = 1; /* the children read it as a layer: its marks mean what they meant to them */
+  for (int i = 0; i < N_SHARE; i++) {
+    snprintf(p, sizeof p, "%s/%s", base, share_places[i]);
+    int src = openat(root_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (src < 0 && errno == ENOENT) continue;
+    if (src < 0) return -1;
+    int r = copy_place(src, dst, share_places[i], job), err = errno;
+    close(src);
+    errno = err;
+    if (r < 0) return -1;
+  }
+  return 0;
+}
+
 static int snapshot_places(int dst, struct copy_job *job) {
   struct {
     const char *name;
@@ -1517,20 +1902,8 @@ static int snapshot_places(int dst, struct copy_job *job) {
     int upper;
     int src = place_source(places[i].ws, places[i].at, &upper);
     if (src < 0) return -1;
-    int r = 0;
-    if (!dir_empty(src)) {
-      job->keep_overlay_xattrs = upper; /* in a plain tmpfs, user.overlay.* are the commands' own */
-      struct stat st;
-      int d = -1;
-      r = fstat(src, &st) == 0 && mkdirat(dst, places[i].name, 0700) == 0 &&
-                  (d = openat(dst, places[i].name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0 &&
-                  copy_tree(src, d, 0, job) == 0 && fchmod(d, st.st_mode & 01777) == 0 &&
-                  futimens(d, (struct timespec[2]){st.st_atim, st.st_mtim}) == 0 ? 0 : -1;
-      int err = errno;
-      if (d >= 0) close(d);
-      errno = err;
-    }
-    int err = errno;
+    job->keep_overlay_xattrs = upper; /* in a plain tmpfs, user.overlay.* are the commands' own */
+    int r = copy_place(src, dst, places[i].name, job), err = errno;
     close(src);
     errno = err;
     if (r < 0) return -1;
@@ -1538,7 +1911,8 @@ static int snapshot_places(int dst, struct copy_job *job) {
   return 0;
 }
 
-/* 'P': payload "MAX_BYTES", one directory attached (empty, the host's: where the copy goes).
+/* 'P': payload "MAX_BYTES" (or "MAX_BYTES NAME": the shared layer NAME attached here instead of the
+ * generation's writes), one directory attached (empty, the host's: where the copy goes).
  * OK "BYTES FILES", OK "busy: WHO" when processes could not be stopped, or ERROR. */
 static void do_snapshot(uint32_t id, const char *payload, int *fds, int nfds) {
   unsigned long long max;
@@ -1547,8 +1921,23 @@ static void do_snapshot(uint32_t id, const char *payload, int *fds, int nfds) {
     send_errno(id, EOPNOTSUPP);
     return;
   }
-  if (nfds != 1 || parse_number(payload, &max) < 0 || fstat(fds[0], &st) < 0 || !S_ISDIR(st.st_mode)) {
+  char num[32];
+  const char *layer = strchr(payload, ' ');
+  snprintf(num, sizeof num, "%.*s", layer ? (int)(layer - payload) : (int)strlen(payload), payload);
+  if (nfds != 1 || parse_number(num, &max) < 0 || fstat(fds[0], &st) < 0 || !S_ISDIR(st.st_mode) ||
+      (layer && !(layer_name_ok(layer + 1, strlen(layer + 1)) && is_attached(layer + 1)))) {
     send_errno(id, EINVAL);
+    return;
+  }
+  if (layer) { /* a shared layer attached here: nothing writes there, nothing to pause */
+    struct copy_job job = {max, 0, 0, 0};
+    if (snapshot_attached(layer + 1, fds[0], &job) < 0) {
+      send_errno(id, errno);
+      return;
+    }
+    char msg[64];
+    snprintf(msg, sizeof msg, "%llu %llu", job.bytes, job.files);
+    send_str(REP_OK, id, msg);
     return;
   }
   char why[MAX_REPLY_PAYLOAD - 64];
@@ -2159,6 +2548,12 @@ static int handle_request(int narrow) {
     case REQ_SNAPSHOT:
       do_snapshot(id, payload, fds, nfds);
       break;
+    case REQ_SHARE:
+      do_share(id, payload);
+      break;
+    case REQ_ATTACH:
+      do_attach(id, payload, plen, fds, nfds);
+      break;
     case REQ_LOOPBACK:
       do_loopback(id, payload, plen);
       break;
@@ -2455,6 +2850,9 @@ int main(int argc, char **argv) {
   pfds[1].events = POLLIN;
   pfds[2].fd = -1;
   pfds[2].events = POLLIN;
+  /* a mount namespace of our own user namespace's (bwrap's may belong to its outer one, with
+   * --disable-userns): sharing attaches layers in it ('A'), and every generation copies it */
+  if (!opts.landlock && unshare(CLONE_NEWNS) < 0) die("unshare (a mount namespace)");
   root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
   proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0 || proc_fd < 0) die("opening / and /proc");

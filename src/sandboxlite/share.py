@@ -1,0 +1,159 @@
+"""fork(): sandboxes started from another one's state, copied once or shared without a copy.
+
+``Sandbox.fork(n)`` takes one transient ``snapshot()`` (a copy of the writes into the store,
+the sandbox's processes paused and resumed) and starts ``n`` sandboxes from it.
+
+``Sandbox.fork(n, share=True)`` copies nothing.  A sandbox's writes live in tmpfs mounts of its
+jail (the copy-on-write layer's upper; /testbed, /tmp).  The executor hands out detached,
+read-only clones of those mounts (``open_tree``, executor.c "sharing"); each child's executor
+attaches its set in its own mount namespace (``move_mount``) and stacks it as an overlay lower
+layer under a fresh tmpfs of its own, as it stacks a snapshot's layers.  The time does not grow
+with the data, and every child (and the forked sandbox) reads the same pages.
+
+The price: nothing may write there any more.  So the forked sandbox starts over too, on the same
+layer, as one more branch: what ran in it ends, as on ``reset()``.  The shared layer lives while
+a sandbox stands on it (the kernel frees the tmpfs with its last mount; a reset elsewhere lets
+go of it).  It is not in the store: ``Sandbox(snapshot=)`` cannot start from it (only the
+sandboxes of the fork, and their forks, stand on it), and ``snapshot()`` of a sandbox over it
+copies it into the store first, as a layer named by its content.
+
+A root caller's sandboxes run as host uids of their own (slots.py): each child's set is
+idmapped (``mount_setattr(MOUNT_ATTR_IDMAP)``, by the host) so that the files show as its own,
+and the child keeps a second, raw set to share the layer on (a mount is idmapped once).
+
+``pool=``: the children are a ``SandboxPool``'s warm sandboxes (an attach and a reset each, no
+start), given back with ``pool.release``, which resets them to the pool's state.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from . import snapshot as snapshot_mod
+from .errors import ConfigError, SnapshotError
+from .protocol import MAX_LAYERS
+from .snapshot import Snapshot, image_of
+
+if TYPE_CHECKING:  # (below both: sandbox.py calls fork() here)
+    from .pool import SandboxPool
+    from .sandbox import Sandbox
+
+Sets = list[tuple[str, str, list[int]]]  # (layer, mask, descriptors) for one sandbox, top first
+
+
+def fork(sb: "Sandbox", n: int, *, share: bool = False, pool: "SandboxPool | None" = None) -> list["Sandbox"]:
+    """``Sandbox.fork``: ``n`` sandboxes over ``sb``'s state (copied once into the store, or shared)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError("n", f"must be a positive number of sandboxes, got {n!r}")
+    if pool is not None and not (callable(getattr(pool, "acquire", None)) and callable(getattr(pool, "release", None))):
+        raise ConfigError("pool", f"expected a SandboxPool, got {type(pool).__name__}")
+    Sandbox = type(sb)
+    if share:
+        return _fork_shared(sb, n, pool)
+    with sb.lock:  # (a snapshot of their own: removed when the last of them closes, see Store.prune)
+        snap = snapshot_mod.take(sb.jail, sb.host.snapshot_store(), sb.base, transient=True)
+    if pool is None:
+        return _children(n, lambda _i: Sandbox(sb.config, host=sb.host, snapshot=snap), None)
+    return _children(n, lambda _i: _reset_to(pool.acquire(), snap, pool), pool)
+
+
+def _fork_shared(sb: "Sandbox", n: int, pool: "SandboxPool | None") -> list["Sandbox"]:
+    Sandbox = type(sb)
+    store = sb.host.snapshot_store()
+    # a root caller's sandboxes run as host uids of their own: each child's sets are idmapped to
+    # its uid, and it keeps a second, raw set of each layer to share it on (idmapped once only)
+    per = 2 if sb.host.uids is not None else 1
+    with sb.lock:
+        jail, base = sb.jail, sb.base
+        depth = (base.depth if base is not None else 0) + 1
+        if depth > min(store.max_depth, MAX_LAYERS):
+            raise SnapshotError(f"a fork of this sandbox would stack layer {depth}, over the limit of "
+                                f"{min(store.max_depth, MAX_LAYERS)}", hint="fork(n) copies the state into "
+                                "one layer instead (share=False)")  # fmt: skip
+        name = secrets.token_hex(16)
+        below = [layer for layer in (base.layers if base is not None else ()) if layer in base.shared]  # type: ignore[union-attr]
+        sets: list[Sets] = [[] for _ in range(n)]  # each child's: (layer, mask, fds), top first, `per` of each
+        try:
+            top = jail.share(1 + n * per, kill=True)  # the forked sandbox's first: nothing may write there now
+            own_mask, own_fds = top[0]
+            sets.append([(name, own_mask, own_fds)])  # (until attached: closed with the others on a failure)
+            for i, (mask, fds) in enumerate(top[1:]):
+                sets[i // per].append((name, mask, fds))
+            for layer in below:
+                for i, (mask, fds) in enumerate(jail.share(n * per, layer=layer)):
+                    sets[i // per].append((layer, mask, fds))
+            cow = own_mask[0] == "1" or (base is not None and base.cow)  # (changes to the image)
+            point = Snapshot(name, base.layers if base is not None else (), 0, 0, time.time(),
+                             image_of(jail.plan.rootfs), cow, store, True, frozenset({name, *below}))  # fmt: skip
+            jail.attach(name, own_mask, own_fds)
+            sb.reset(to=point)
+        except BaseException:
+            _close(sets)
+            raise
+    uid = jail.plan.run_as
+
+    def child(i: int) -> "Sandbox":
+        kid = pool.acquire() if pool is not None else Sandbox(sb.config, host=sb.host, snapshot=point.stored)
+        try:
+            to = kid.jail.plan.run_as
+            for k in reversed(range(0, len(sets[i]), per)):  # the bottom layer first
+                layer, mask, fds = sets[i][k]
+                if to is not None and to != uid:
+                    assert sb.host.idmap is not None
+                    for fd in fds:
+                        sb.host.idmap.share_to(fd, to)
+                kid.jail.attach(layer, mask, fds)
+                if per == 2:
+                    _layer, raw_mask, raw_fds = sets[i][k + 1]
+                    kid.jail.attach(layer, raw_mask, raw_fds, raw=True)
+            kid.reset(to=point)
+            return kid
+        except BaseException:
+            _give_back(kid, pool)
+            raise
+
+    try:
+        return _children(n, child, pool)
+    finally:
+        _close(sets)
+
+
+def _reset_to(kid: "Sandbox", snap: Snapshot, pool: "SandboxPool") -> "Sandbox":
+    try:
+        kid.reset(to=snap)
+    except BaseException:
+        _give_back(kid, pool)
+        raise
+    return kid
+
+
+def _give_back(kid: "Sandbox", pool: "SandboxPool | None") -> None:
+    if pool is None:
+        kid.close()
+    else:
+        pool.release(kid)
+
+
+def _children(n: int, make, pool: "SandboxPool | None") -> list["Sandbox"]:
+    """``make(i)`` for each of ``n`` children, side by side; on a failure the others are given back
+    (closed, or released to ``pool``) and the first error is raised."""
+    with ThreadPoolExecutor(max_workers=min(n, 2 * (os.cpu_count() or 1))) as ex:
+        futures = [ex.submit(make, i) for i in range(n)]
+    kids = [f.result() for f in futures if f.exception() is None]
+    if len(kids) < n:
+        for kid in kids:
+            _give_back(kid, pool)
+        raise next(f.exception() for f in futures if f.exception() is not None)  # type: ignore[misc]
+    return kids
+
+
+def _close(sets: list[Sets]) -> None:
+    for one in sets:
+        for _layer, _mask, fds in one:
+            for fd in fds:
+                os.close(fd)
+            fds.clear()
