@@ -583,13 +583,20 @@ enum { PL_TESTBED, PL_TMP, PL_HOME, N_PLACE_WS };
 static int gen_pws[N_PLACE_WS] = {-1, -1, -1};
 static int g_pws[N_PLACE_WS] = {-1, -1, -1}; /* G's own descriptors of them, for the report */
 /* Templates for sharing (fork without a copy, 'W'): a detached clone (open_tree) of each tmpfs
- * holding the generation's writes, made by G before they leave every path: the workspace (the
- * root's upper is its u/) and the places, in SHARE_PLACES order.  Only a process in the
- * generation's mount namespace may clone them again (the kernel's rule for detached mounts). */
+ * holding the generation's writes that leaves every path when G pivots: the workspace (the root's
+ * upper is its u/) and the places that are overlays (p-NAME/u), in SHARE_PLACES order; a place
+ * that is a plain tmpfs stays mounted in the root.  Only a process in the generation's mount
+ * namespace may clone them again (the kernel's rule for detached mounts). */
 enum { SH_ROOT, SH_TESTBED, SH_TMP, SH_HOME, N_SHARE };
 static const char *const share_places[N_SHARE] = {"root", "testbed", "tmp", "home"};
 static int gen_tpl[N_SHARE] = {-1, -1, -1, -1};
-static int gen_tpl_upper[N_SHARE]; /* the writes are the template's u/ (an overlay's upper), else all of it */
+/* TPL_UPPER: the writes are the template's u/ (an overlay's upper); TPL_PLAIN: no template, the
+ * place is a plain tmpfs still mounted in the generation's root (cloned from there: each template
+ * costs an expedited RCU grace period when it goes, on every reset and close); 0: not there */
+enum { TPL_NONE, TPL_UPPER, TPL_PLAIN };
+static int gen_tpl_upper[N_SHARE];
+static dev_t gen_plain_dev[N_SHARE]; /* a TPL_PLAIN place's tmpfs, as the generation was built */
+static const char *const share_dirs[N_SHARE] = {"", "testbed", "tmp", "root"}; /* where in the root */
 static int g_tpl[N_SHARE] = {-1, -1, -1, -1}, g_tpl_upper[N_SHARE];
 #define FORK_DIR "/.sl/fork" /* shared layers attached ('A'): FORK_DIR/NAME/PLACE, in PID 1's mount namespace */
 static int fork_dir_ready;
@@ -717,9 +724,9 @@ struct sl_mount_attr {
 #define SL_MOUNT_ATTR_NODEV 0x4
 
 /* G: a detached clone of the tmpfs at path, for sharing; none (-1) when the kernel has no open_tree */
-static void share_template(int which, const char *path, int upper) {
+static void share_template(int which, const char *path) {
   g_tpl[which] = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE);
-  g_tpl_upper[which] = upper;
+  g_tpl_upper[which] = g_tpl[which] >= 0 ? TPL_UPPER : TPL_NONE;
 }
 
 /* G: build the generation's mount namespace, pivot into it, report, wait. */
@@ -794,20 +801,18 @@ static void gen_child(int ready_w, int hold_r) {
     mkdir_p(path, 0755);
   }
   /* templates of the tmpfs holding the writes, for sharing ('W'; see gen_tpl) */
-  if (opts.lower) share_template(SH_ROOT, "/.sl/gen", 1);
+  if (opts.lower) share_template(SH_ROOT, "/.sl/gen");
   static const struct {
     int sh, pl;
-    const char *dir;
-  } tpl_places[] = {{SH_TESTBED, PL_TESTBED, "testbed"}, {SH_TMP, PL_TMP, "tmp"}, {SH_HOME, PL_HOME, "root"}};
+  } tpl_places[] = {{SH_TESTBED, PL_TESTBED}, {SH_TMP, PL_TMP}, {SH_HOME, PL_HOME}};
   for (size_t i = 0; i < sizeof tpl_places / sizeof *tpl_places; i++) {
     int sh = tpl_places[i].sh, pl = tpl_places[i].pl;
     if ((sh == SH_TESTBED && opts.testbed <= 0) || (sh == SH_HOME && opts.lower)) continue;
     if (g_pws[pl] >= 0) {
       snprintf(path, sizeof path, "/.sl/gen/p-%s", share_places[sh]);
-      share_template(sh, path, 1);
+      share_template(sh, path);
     } else {
-      snprintf(path, sizeof path, "%s/%s", root, tpl_places[i].dir);
-      share_template(sh, path, 0);
+      g_tpl_upper[sh] = TPL_PLAIN;
     }
   }
   /* the workspace (the writes of the generation's overlays), for the executor's snapshots: once
@@ -1090,6 +1095,12 @@ static int new_generation(void) {
   }
   close(ready[1]);
   close(hold[0]);
+  /* the old generation's templates: G holds the last copies now, and its exit dissolves them
+   * (an expedited RCU grace period each: not on our way) */
+  for (int i = 0; i < N_SHARE; i++) {
+    if (gen_tpl[i] >= 0) close(gen_tpl[i]);
+    gen_tpl[i] = -1;
+  }
   char msg[160], path[64];
   ssize_t n;
   do n = read(ready[0], msg, sizeof msg - 1);
@@ -1115,11 +1126,17 @@ static int new_generation(void) {
      * the file open_tree made is closed, so reopening /proc/G/fd/N would not keep it) */
     int gpid = wsfd >= 0 ? (int)syscall(SYS_pidfd_open, g, 0) : -1;
     for (int i = 0; i < N_SHARE; i++) { /* (a template that cannot be had: no sharing) */
-      if (gen_tpl[i] >= 0) close(gen_tpl[i]);
-      gen_tpl[i] = -1;
+      struct stat st;
       gen_tpl_upper[i] = nums[1 + N_PLACE_WS + N_SHARE + i];
       if (gpid >= 0 && nums[1 + N_PLACE_WS + i] >= 0)
         gen_tpl[i] = (int)syscall(SYS_pidfd_getfd, gpid, nums[1 + N_PLACE_WS + i], 0);
+      if (gen_tpl_upper[i] == TPL_UPPER && gen_tpl[i] < 0) gen_tpl_upper[i] = TPL_NONE;
+      if (gen_tpl_upper[i] == TPL_PLAIN) { /* (before anything runs there) */
+        if (rootfd >= 0 && fstatat(rootfd, share_dirs[i], &st, AT_SYMLINK_NOFOLLOW) == 0)
+          gen_plain_dev[i] = st.st_dev;
+        else
+          gen_tpl_upper[i] = TPL_NONE;
+      }
     }
     if (gpid >= 0) close(gpid);
     for (int i = 0; wsfd >= 0 && i < N_PLACE_WS; i++) {
@@ -1350,9 +1367,20 @@ static void share_helper(int sock, unsigned long long count) {
     char mask[N_SHARE + 1] = {0};
     for (int i = 0; i < N_SHARE; i++) {
       mask[i] = '0';
-      if (gen_tpl[i] < 0) continue;
-      int c = (int)syscall(SYS_open_tree, gen_tpl[i], gen_tpl_upper[i] ? "u" : "",
-                           OPEN_TREE_CLONE | O_CLOEXEC | (gen_tpl_upper[i] ? 0 : AT_EMPTY_PATH));
+      int c;
+      struct stat st;
+      if (gen_tpl_upper[i] == TPL_UPPER) {
+        c = (int)syscall(SYS_open_tree, gen_tpl[i], "u", OPEN_TREE_CLONE | O_CLOEXEC);
+      } else if (gen_tpl_upper[i] == TPL_PLAIN) { /* the tmpfs mounted there (the commands mount nothing) */
+        c = (int)syscall(SYS_open_tree, gen_root, share_dirs[i], OPEN_TREE_CLONE | O_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+        if (c >= 0 && (fstat(c, &st) < 0 || st.st_dev != gen_plain_dev[i])) {
+          close(c);
+          c = -1;
+          errno = EIO;
+        }
+      } else {
+        continue;
+      }
       struct sl_mount_attr at = {SL_MOUNT_ATTR_RDONLY | SL_MOUNT_ATTR_NOSUID | SL_MOUNT_ATTR_NODEV, 0, 0, 0};
       if (c < 0 || syscall(SYS_mount_setattr, c, "", AT_EMPTY_PATH, &at, sizeof at) < 0) {
         int err = errno;
@@ -1402,8 +1430,8 @@ static void do_share(uint32_t id, const char *payload) {
     return;
   }
   int any = 0;
-  for (int i = 0; i < N_SHARE; i++) any |= gen_tpl[i] >= 0;
-  if (!any || gen_mnt < 0) {
+  for (int i = 0; i < N_SHARE; i++) any |= gen_tpl_upper[i] != TPL_NONE;
+  if (!any || gen_mnt < 0 || gen_root < 0) {
     send_errno(id, EOPNOTSUPP);
     return;
   }
@@ -1444,6 +1472,30 @@ static void do_share(uint32_t id, const char *payload) {
   if (err) send_errno(id, err); /* (after the sets sent so far: the host closes them) */
 }
 
+/* At the first attach: a mount namespace of our own user namespace's (bwrap's belongs to its
+ * outer one with --disable-userns: nothing could be mounted in it), with a tmpfs of our own at
+ * FORK_DIR (bwrap's root is read-only).  Every later generation starts as a copy of it. */
+static int fork_dir(void) {
+  int err = 0, nroot = -1, nproc = -1;
+  if (fchdir(root_fd) < 0) return -1;
+  if (unshare(CLONE_NEWNS) < 0) { /* (our root and cwd move to the new namespace's copies) */
+    err = errno;
+  } else if ((nroot = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+             (nproc = openat(nroot, "proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    die("reopening / and /proc in our mount namespace"); /* the old descriptors name mounts we left */
+  } else {
+    close(root_fd), close(proc_fd);
+    root_fd = nroot, proc_fd = nproc;
+    if (mount("sandboxlite", FORK_DIR + 1, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=0700") < 0)
+      err = errno;
+    else
+      fork_dir_ready = 1;
+  }
+  if (fchdir(proc_fd) < 0) die("back to /proc");
+  errno = err;
+  return err ? -1 : 0;
+}
+
 static void do_attach(uint32_t id, const char *payload, size_t plen, int *fds, int nfds) {
   size_t len = strnlen(payload, plen);
   const char *mask = payload + len + 1;
@@ -1475,16 +1527,9 @@ static void do_attach(uint32_t id, const char *payload, size_t plen, int *fds, i
     return;
   }
   char p[PATH_MAX];
-  if (!fork_dir_ready) { /* a tmpfs of our own there (bwrap's root is read-only) */
-    int r = fchdir(root_fd) == 0 ? mount("sandboxlite", FORK_DIR + 1, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                                         "size=1m,mode=0700") : -1;
-    int err = errno;
-    if (fchdir(proc_fd) < 0) die("back to /proc");
-    if (r < 0) {
-      send_errno(id, err);
-      return;
-    }
-    fork_dir_ready = 1;
+  if (!fork_dir_ready && fork_dir() < 0) {
+    send_errno(id, errno);
+    return;
   }
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s/%s%s", FORK_DIR + 1, payload, raw ? "/raw" : "");
@@ -2850,9 +2895,6 @@ int main(int argc, char **argv) {
   pfds[1].events = POLLIN;
   pfds[2].fd = -1;
   pfds[2].events = POLLIN;
-  /* a mount namespace of our own user namespace's (bwrap's may belong to its outer one, with
-   * --disable-userns): sharing attaches layers in it ('A'), and every generation copies it */
-  if (!opts.landlock && unshare(CLONE_NEWNS) < 0) die("unshare (a mount namespace)");
   root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
   proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0 || proc_fd < 0) die("opening / and /proc");
