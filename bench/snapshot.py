@@ -6,6 +6,8 @@
 Rows, all in one run, interleaved where two things are compared:
   * snapshot: ``sb.snapshot()`` of a state of each size (the copy, the check, the content hash);
   * fork(8): ``sb.fork(8)`` (one snapshot + 8 starts from it), and the 8 starts alone;
+    ``sb.fork(8, share=True)`` (no copy: 8 starts over the shared writes), and into a pool's 8 warm
+    sandboxes (``pool=``);
   * start: ``Sandbox(snapshot=s)`` + ``exec("true")`` against a cold ``Sandbox()`` + ``exec("true")``;
   * sandlock (PyPI, the [sandlock] extra): its fork(8) of a process that wrote 50 MB, and checkpoint();
   * group of 8: a GRPO group whose preparation is "pip install a local wheel + write 50 MB" (and a
@@ -116,6 +118,28 @@ def sandlock_rows(rounds: int) -> list[dict]:
     return out
 
 
+def share_rounds(size: str, rounds: int) -> tuple[list[float], list[float]]:
+    """fork(8, share=True) of a state of ``size`` written in a fresh sandbox: into 8 new sandboxes,
+    and into a pool's 8 warm ones (their release, a reset each, is not counted: the pool does it
+    when they come back).  Alternating, a fresh sandbox each (a shared fork stacks the forked one
+    on its layer)."""
+    from sandboxlite import SandboxPool
+
+    cold, warm = [], []
+    with SandboxPool(size=8) as pool:
+        for i in range(2 * rounds):
+            into = pool if i % 2 else None
+            with Sandbox() as sb:
+                r = sb.exec(SIZES[size], timeout=300)
+                assert r.exit_code == 0, r.stderr_text
+                kids: list[Sandbox] = []
+                (warm if into else cold).append(timed(lambda: kids.extend(sb.fork(8, share=True, pool=into))))
+                assert kids[0].exec("ls /testbed | head -1").exit_code == 0
+                for k in kids:
+                    pool.release(k) if into else k.close()
+    return cold, warm
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=10)
@@ -147,11 +171,14 @@ def main() -> None:
                 assert kids[0].exec("ls /testbed | head -1").exit_code == 0
                 for k in kids:
                     k.close()
-            rows += [row(f"snapshot {size}", snaps), row(f"fork(8) {size} (snapshot + 8 starts)", forks),
-                     row(f"8 starts from a snapshot {size}", starts)]  # fmt: skip
-            print(*(f"{x['name']:<44} median {x['median_ms']:9.2f} ms  p90 {x['p90_ms']:9.2f} ms" for x in rows[-3:]),
-                  sep="\n", flush=True)  # fmt: skip
             store.remove(snap.name)
+        shared, pooled = share_rounds(size, a.rounds)
+        rows += [row(f"snapshot {size}", snaps), row(f"fork(8) {size} (snapshot + 8 starts)", forks),
+                 row(f"8 starts from a snapshot {size}", starts),
+                 row(f"fork(8, share=True) {size} (8 starts)", shared, forks),
+                 row(f"fork(8, share=True, pool=) {size} (8 warm)", pooled, forks)]  # fmt: skip
+        print(*(f"{x['name']:<44} median {x['median_ms']:9.2f} ms  p90 {x['p90_ms']:9.2f} ms" for x in rows[-5:]),
+              sep="\n", flush=True)  # fmt: skip
     # start from a snapshot against a cold start, interleaved
     with Sandbox() as sb:
         sb.exec(SIZES["1m"])
