@@ -60,6 +60,20 @@ def test_children_see_the_state_and_are_isolated_from_each_other_and_the_parent(
     assert sb.exec("cat /testbed/f").stdout_text == "parent\n"  # the parent goes on, isolated too
 
 
+def test_children_outlive_the_forked_sandbox():
+    with Sandbox() as parent:
+        parent.exec("head -c 1000000 /dev/urandom > /testbed/r; sha256sum /testbed/r > /tmp/sum")
+        kids = parent.fork(2, share=True)
+    try:  # the parent is closed: its jail is gone, the layer it shared is not
+        for k in kids:
+            assert k.exec("sha256sum -c /tmp/sum").exit_code == 0
+        kids[0].reset()
+        assert kids[0].exec("sha256sum -c /tmp/sum").exit_code == 0
+    finally:
+        for k in kids:
+            k.close()
+
+
 def test_the_forked_sandbox_starts_over_what_ran_in_it_ends(sb):
     sb.exec("echo x > /testbed/x")
     sb.exec("sleep 300 > /dev/null 2>&1 &")
@@ -214,6 +228,9 @@ def test_bad_arguments_and_modes_that_cannot_share(sb):
         sb.fork(0, share=True)
     with pytest.raises(ConfigError, match="SandboxPool"):
         sb.fork(1, share=True, pool=object())  # type: ignore[arg-type]
+    with SandboxPool(size=1, rootfs="host") as other, pytest.raises(ConfigError, match="image"):
+        sb.fork(1, share=True, pool=other)
+    assert sb.exec("echo alive").stdout_text == "alive\n"  # refused before anything was done
     store = sb.host.snapshot_store()
     depth, store.max_depth = store.max_depth, 2
     try:

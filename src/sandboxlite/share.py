@@ -33,6 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from . import rootfs as rootfs_mod
 from . import snapshot as snapshot_mod
 from .errors import ConfigError, SnapshotError
 from .protocol import MAX_LAYERS
@@ -52,6 +53,10 @@ def fork(sb: "Sandbox", n: int, *, share: bool = False, pool: "SandboxPool | Non
     if pool is not None and not (callable(getattr(pool, "acquire", None)) and callable(getattr(pool, "release", None))):
         raise ConfigError("pool", f"expected a SandboxPool, got {type(pool).__name__}")
     Sandbox = type(sb)
+    if pool is not None and image_of(rootfs_mod.resolve(getattr(pool, "config", sb.config).rootfs)) != image_of(
+            sb.jail.plan.rootfs):  # fmt: skip
+        raise ConfigError("pool", f"its sandboxes run the image {pool.config.rootfs!r}, this one {sb.config.rootfs!r}: "
+                          "a fork's state only goes over the image it was written over")  # fmt: skip
     if share:
         return _fork_shared(sb, n, pool)
     with sb.lock:  # (a snapshot of their own: removed when the last of them closes, see Store.prune)
