@@ -196,28 +196,37 @@ def _check_entry(top: str, rel: str, st: os.stat_result, owner: int | None) -> i
 
 def _hash_entry(h, rel: str, name: str, dfd: int, st: os.stat_result) -> None:
     line = f"{rel}\0{stat.S_IFMT(st.st_mode):o}\0{stat.S_IMODE(st.st_mode):o}\0{st.st_mtime_ns}\0"
-    h.update(line.encode("utf-8", "surrogateescape"))
+    parts = [line.encode("utf-8", "surrogateescape")]  # (one update per entry: the same bytes, fewer calls)
     if stat.S_ISLNK(st.st_mode):
-        h.update(os.readlink(name, dir_fd=dfd).encode("utf-8", "surrogateescape"))
+        parts.append(os.readlink(name, dir_fd=dfd).encode("utf-8", "surrogateescape"))
     elif stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if stat.S_ISDIR(st.st_mode) else 0)
         fd = os.open(name, flags, dir_fd=dfd)
         try:
-            for k, v in user_xattrs(fd):
-                h.update(b"x" + k.encode() + b"=" + v + b"\0")
+            parts += [b"x" + k.encode() + b"=" + v + b"\0" for k, v in user_xattrs(fd)]
             if stat.S_ISREG(st.st_mode):
-                h.update(b"%d\0" % st.st_size)
-                data = hashlib.sha256()
-                got = 0  # (reads sized by the stat: a 1 MiB buffer per small file costs an mmap)
-                while chunk := os.read(fd, min(st.st_size - got, 1 << 20) + 1):
-                    data.update(chunk)
-                    got += len(chunk)
-                if got != st.st_size:
-                    raise SnapshotError(f"snapshot: {rel} changed size while it was hashed")
-                h.update(data.digest())
+                parts.append(b"%d\0" % st.st_size)
+                parts.append(_file_digest(fd, rel, st.st_size))
         finally:
             os.close(fd)
-    h.update(b"\n")
+    parts.append(b"\n")
+    h.update(b"".join(parts))
+
+
+def _file_digest(fd: int, rel: str, size: int) -> bytes:
+    """The sha256 of a file of ``size`` bytes; SnapshotError when it is not that size as it is read."""
+    data = hashlib.sha256()
+    got = 0  # (reads sized by the stat: a 1 MiB buffer per small file costs an mmap)
+    while True:
+        want = min(size - got, 1 << 20) + 1
+        chunk = os.read(fd, want)
+        data.update(chunk)
+        got += len(chunk)
+        if not chunk or (got == size and len(chunk) < want):  # (short of what was asked at the end: no more)
+            break
+    if got != size:
+        raise SnapshotError(f"snapshot: {rel} changed size while it was hashed")
+    return data.digest()
 
 
 def _kind(mode: int) -> str:
