@@ -123,3 +123,32 @@ def test_an_agent_episode_over_sandlock(tmp_path):
         assert not box.root.exists()
     finally:
         rt.cleanup()
+
+
+def test_sandlock_shell_output_is_capped_as_it_comes(tmp_path):
+    """SandlockShell keeps at most the cap (and the end line) of a command's output while it reads,
+    as the Sandbox's shell does: 20 MB printed costs no 20 MB buffer."""
+    import tracemalloc
+
+    from sandboxlite import rootfs as rootfs_mod
+    from sandboxlite.bench.baselines import Context, make_runtimes
+
+    ctx = Context(rootfs="science", plan=rootfs_mod.resolve("science"), cgroups="auto", log=lambda m: None,
+                  scratch=tmp_path)
+    rt = make_runtimes(["sandlock"], ctx)["sandlock"]
+    assert rt.reason is None, rt.reason
+    try:
+        with rt.box() as box:
+            sh = box.shell()
+            cap = box.config.limits.output_bytes
+            tracemalloc.start()
+            try:
+                r = sh.run("yes xxxxxxx | head -c 20000000; echo tail >&2; cd /tmp; (exit 3)")
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert (r.exit_code, r.truncated, len(r.stdout), r.stderr, sh.cwd) == (3, True, cap, b"tail\n", "/tmp")
+            assert r.stdout == (b"xxxxxxx\n" * (cap // 8 + 1))[:cap]
+            assert peak < 4 * cap + (4 << 20), f"{peak >> 20} MB held for 20 MB of output"
+    finally:
+        rt.cleanup()

@@ -57,6 +57,8 @@ class SandlockShell:
         self.proc.stdin.flush()
         cap = self.box.config.limits.output_bytes
         bufs = {self.proc.stdout.fileno(): bytearray(), self.proc.stderr.fileno(): bytearray()}
+        cut = False  # output past the cap was dropped as it came (only the cap and the end are kept)
+        keep = 8192 + len(mark)  # the end kept: room for the end line (the mark, the status, the cwd)
         done: dict[int, int] = {}
         deadline = None if timeout is None else t0 + timeout
         while len(done) < 2:
@@ -72,6 +74,9 @@ class SandlockShell:
                 if not chunk:
                     raise RuntimeError("sandlock's shell ended")
                 bufs[fd] += chunk
+                if len(bufs[fd]) > cap + 2 * keep:
+                    del bufs[fd][cap : len(bufs[fd]) - keep]
+                    cut = True
                 at = bufs[fd].find(mark)
                 if at >= 0 and bufs[fd].endswith(b"\n"):
                     done[fd] = at
@@ -80,7 +85,7 @@ class SandlockShell:
         self.cwd = tail[1].decode(errors="replace").strip() if len(tail) > 1 else self.cwd
         out, err = bytes(bufs[out_fd][: done[out_fd]]), bytes(bufs[err_fd][: done[err_fd]])
         return ExecResult(int(tail[0]), out[:cap], err[:cap], time.monotonic() - t0,
-                          truncated=len(out) > cap or len(err) > cap)  # fmt: skip
+                          truncated=cut or len(out) > cap or len(err) > cap)  # fmt: skip
 
     def close(self) -> None:
         if self.proc is not None:
