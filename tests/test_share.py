@@ -230,6 +230,8 @@ def test_bad_arguments_and_modes_that_cannot_share(sb):
         sb.fork(1, share=True, pool=object())  # type: ignore[arg-type]
     with SandboxPool(size=1, rootfs="host") as other, pytest.raises(ConfigError, match="image"):
         sb.fork(1, share=True, pool=other)
+    with SandboxPool(size=1) as small, pytest.raises(ConfigError, match="pool of 1"):
+        sb.fork(2, share=True, pool=small)
     assert sb.exec("echo alive").stdout_text == "alive\n"  # refused before anything was done
     store = sb.host.snapshot_store()
     depth, store.max_depth = store.max_depth, 2

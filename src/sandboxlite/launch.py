@@ -76,9 +76,11 @@ PHASES = ("begin", "planned", "cgroup", "wired", "spawned", "cloned", "attached"
 
 
 def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIMEOUT_S,
-          on_phase: Callable[[str, "Jail"], None] | None = None, snapshot: Snapshot | None = None) -> "Jail":  # fmt: skip
+          on_phase: Callable[[str, "Jail"], None] | None = None, snapshot: Snapshot | None = None,
+          defer: bool = False) -> "Jail":  # fmt: skip
     """Plan and launch a jail for ``config`` on ``host``, its first generation over ``snapshot``
     (its layers; the jail then binds the snapshot store, and its resets may go to any snapshot).
+    ``defer``: no generation until the caller's first ``start_over`` (``plan(defer=)``).
 
     ``on_phase(phase, jail)`` is called at "spawned" (bwrap runs) and "cloned" (bwrap said which
     pid the jail's init has): for tests that break a start half-way."""
@@ -122,7 +124,7 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
         pool = host.netns if netns_wanted(config, host) else None
         net_fd = pool.take() if pool is not None else None
         p = plan(config, host, root, image_owner=owner, netns_ready=net_fd is not None, slot=slot, snaps=snaps,
-                 snaps_idmapped=snaps_idmapped, layers=layers)  # fmt: skip
+                 snaps_idmapped=snaps_idmapped, layers=layers, defer=defer)  # fmt: skip
         if snapshot is not None:
             check_snapshot_fits(snapshot, p)
         if config.cgroups == "auto" and p.cgroup.mode == "off":

@@ -140,6 +140,7 @@ def plan(
     snaps: str = "",
     snaps_idmapped: bool = False,
     layers: tuple[str, ...] = (),
+    defer: bool = False,
 ) -> JailPlan:
     """Decide the jail for ``config`` on ``host`` over ``rootfs``.
 
@@ -148,8 +149,9 @@ def plan(
     taken for this jail.  ``slot``: a root caller's sandbox's own uid (else it runs as
     ``host.run_as``).  ``snaps``: the snapshot store to bind (a host path; with ``snaps_idmapped``
     the directory the launcher attaches its idmapped tree at), ``layers``: the snapshot layers the
-    first generation is built over, top first.  Raises SetupError when ``config`` asks for what the
-    host cannot give (cgroups="required").
+    first generation is built over, top first; ``defer``: none is built until the first reset (a
+    fork's child, whose layers are attached first: share.py).  Raises SetupError when ``config``
+    asks for what the host cannot give (cgroups="required").
     """
     config = with_host_ca(config, host)
     if host.bwrap is None:
@@ -174,6 +176,8 @@ def plan(
         raise SetupError("snapshot layers without the snapshot store (plan(snaps=...))")
     if snaps:
         gen += [f"snaps={SNAPS_DIR}", *(f"layer={name}" for name in layers)]
+    if defer:
+        gen.append("defer=1")
     argv = bwrap_argv(config, rootfs, host, lower=lower, dev=dev, unshare_net=net == "bwrap", workdir=workdir)
     if snaps:
         argv += ["--ro-bind", snaps, SNAPS_DIR]

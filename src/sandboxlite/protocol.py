@@ -185,6 +185,7 @@ EXECUTOR_OPTIONS: dict[str, ExecutorOption] = {
         ExecutorOption("ptys", OptKind.COUNT),  # the generation's devpts instance holds at most this many
         ExecutorOption("snaps", OptKind.PATH),  # where the snapshot store is bound (read-only): layers by name
         ExecutorOption("layer", OptKind.NAME, MAX_LAYERS),  # the first generation's snapshot layers, top first
+        ExecutorOption("defer", OptKind.FLAG),  # no generation until the first RESET (a fork's child: share.py)
         ExecutorOption("landlock", OptKind.FLAG),  # no namespaces: a Landlock domain (executor.c, "Landlock mode")
         ExecutorOption("ro", OptKind.PATH, MAX_RULES),  # Landlock: read and execute beneath (skipped when missing)
         ExecutorOption("rw", OptKind.PATH, MAX_RULES),  # Landlock: read, write and execute beneath

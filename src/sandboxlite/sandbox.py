@@ -79,9 +79,12 @@ class Sandbox:
     def _start(self) -> None:
         """Start the jail, serve its allowlist (network="allow:...") at the host's proxy, and give
         its init the connector for exposed ports."""
-        self._jail = jail = launch.start(self.config, self.host, snapshot=self._base)
+        first = self.__dict__.pop("_first", None)  # a fork's child (share.py): it builds the first generation
+        self._jail = jail = launch.start(self.config, self.host, snapshot=self._base, defer=first is not None)
         policy = self.config.policy
         try:
+            if first is not None:
+                first(jail)
             if self.config.expose:
                 jail.open_connector()
             if policy is None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
@@ -53,6 +54,9 @@ def fork(sb: "Sandbox", n: int, *, share: bool = False, pool: "SandboxPool | Non
     if pool is not None and not (callable(getattr(pool, "acquire", None)) and callable(getattr(pool, "release", None))):
         raise ConfigError("pool", f"expected a SandboxPool, got {type(pool).__name__}")
     Sandbox = type(sb)
+    if pool is not None and n > getattr(pool, "size", n):
+        raise ConfigError("n", f"{n} sandboxes from a pool of {pool.size}: the fork would wait for ever",
+                          hint="fork at most the pool's size, or make the pool bigger")  # fmt: skip
     if pool is not None and image_of(rootfs_mod.resolve(getattr(pool, "config", sb.config).rootfs)) != image_of(
             sb.jail.plan.rootfs):  # fmt: skip
         raise ConfigError("pool", f"its sandboxes run the image {pool.config.rootfs!r}, this one {sb.config.rootfs!r}: "
@@ -67,6 +71,8 @@ def fork(sb: "Sandbox", n: int, *, share: bool = False, pool: "SandboxPool | Non
 
 
 def _fork_shared(sb: "Sandbox", n: int, pool: "SandboxPool | None") -> list["Sandbox"]:
+    """The children start (or are taken from ``pool``) while ``sb`` shares its writes and starts
+    over on them; each attaches its set once the sets are there."""
     Sandbox = type(sb)
     store = sb.host.snapshot_store()
     # a root caller's sandboxes run as host uids of their own: each child's sets are idmapped to
@@ -74,57 +80,89 @@ def _fork_shared(sb: "Sandbox", n: int, pool: "SandboxPool | None") -> list["San
     per = 2 if sb.host.uids is not None else 1
     with sb.lock:
         jail, base = sb.jail, sb.base
-        depth = (base.depth if base is not None else 0) + 1
-        if depth > min(store.max_depth, MAX_LAYERS):
-            raise SnapshotError(f"a fork of this sandbox would stack layer {depth}, over the limit of "
-                                f"{min(store.max_depth, MAX_LAYERS)}", hint="fork(n) copies the state into "
-                                "one layer instead (share=False)")  # fmt: skip
-        name = secrets.token_hex(16)
-        below = [layer for layer in (base.layers if base is not None else ()) if layer in base.shared]  # type: ignore[union-attr]
-        sets: list[Sets] = [[] for _ in range(n)]  # each child's: (layer, mask, fds), top first, `per` of each
-        try:
-            top = jail.share(1 + n * per, kill=True)  # the forked sandbox's first: nothing may write there now
-            own_mask, own_fds = top[0]
-            sets.append([(name, own_mask, own_fds)])  # (until attached: closed with the others on a failure)
-            for i, (mask, fds) in enumerate(top[1:]):
-                sets[i // per].append((name, mask, fds))
-            for layer in below:
-                for i, (mask, fds) in enumerate(jail.share(n * per, layer=layer)):
-                    sets[i // per].append((layer, mask, fds))
-            cow = own_mask[0] == "1" or (base is not None and base.cow)  # (changes to the image)
-            point = Snapshot(name, base.layers if base is not None else (), 0, 0, time.time(),
-                             image_of(jail.plan.rootfs), cow, store, True, frozenset({name, *below}))  # fmt: skip
-            jail.attach(name, own_mask, own_fds)
-            sb.reset(to=point)
-        except BaseException:
-            _close(sets)
-            raise
+    depth = (base.depth if base is not None else 0) + 1
+    if depth > min(store.max_depth, MAX_LAYERS):
+        raise SnapshotError(f"a fork of this sandbox would stack layer {depth}, over the limit of "
+                            f"{min(store.max_depth, MAX_LAYERS)}", hint="fork(n) copies the state into "
+                            "one layer instead (share=False)")  # fmt: skip
+    name = secrets.token_hex(16)
+    below = [layer for layer in (base.layers if base is not None else ()) if layer in base.shared]  # type: ignore[union-attr]
+    stored = base.stored if base is not None else None  # what the children start over before the layers
+    sets: list[Sets] = [[] for _ in range(n)]  # each child's: (layer, mask, fds), top first, `per` of each
     uid = jail.plan.run_as
+    ready = threading.Event()  # set once the sets are made (or that failed: then ``point`` is None)
+    shared: list[Snapshot] = []
+
+    def attach(i: int, kid_jail) -> Snapshot:
+        ready.wait()
+        if not shared:
+            raise SnapshotError("the forked sandbox's state could not be shared (its error is raised)")
+        to = kid_jail.plan.run_as
+        for k in reversed(range(0, len(sets[i]), per)):  # the bottom layer first
+            layer, mask, fds = sets[i][k]
+            if to is not None and to != uid:
+                assert sb.host.idmap is not None
+                for fd in fds:
+                    sb.host.idmap.share_to(fd, to)
+            kid_jail.attach(layer, mask, fds)
+            if per == 2:
+                _layer, raw_mask, raw_fds = sets[i][k + 1]
+                kid_jail.attach(layer, raw_mask, raw_fds, raw=True)
+        return shared[0]
 
     def child(i: int) -> "Sandbox":
-        kid = pool.acquire() if pool is not None else Sandbox(sb.config, host=sb.host, snapshot=point.stored)
+        if pool is None:  # a new sandbox whose first generation is built over the layer (no other first)
+            kid = Sandbox.__new__(Sandbox)
+
+            def first(kid_jail) -> None:
+                point = attach(i, kid_jail)
+                if not kid_jail.start_over(point, sb.host):
+                    raise SnapshotError("a fork's child could not build its filesystem over the shared state")
+                kid._base = point
+
+            kid._first = first  # (Sandbox._start takes it)
+            Sandbox.__init__(kid, sb.config, host=sb.host, snapshot=stored)
+            return kid
+        kid = pool.acquire()
         try:
-            to = kid.jail.plan.run_as
-            for k in reversed(range(0, len(sets[i]), per)):  # the bottom layer first
-                layer, mask, fds = sets[i][k]
-                if to is not None and to != uid:
-                    assert sb.host.idmap is not None
-                    for fd in fds:
-                        sb.host.idmap.share_to(fd, to)
-                kid.jail.attach(layer, mask, fds)
-                if per == 2:
-                    _layer, raw_mask, raw_fds = sets[i][k + 1]
-                    kid.jail.attach(layer, raw_mask, raw_fds, raw=True)
-            kid.reset(to=point)
+            kid.reset(to=attach(i, kid.jail))
             return kid
         except BaseException:
             _give_back(kid, pool)
             raise
 
-    try:
-        return _children(n, child, pool)
-    finally:
-        _close(sets)
+    with ThreadPoolExecutor(max_workers=min(n, 2 * (os.cpu_count() or 1))) as ex:
+        futures = [ex.submit(child, i) for i in range(n)]
+        try:
+            with sb.lock:
+                top = jail.share(1 + n * per, kill=True)  # the forked sandbox's first: nothing may write there now
+                own_mask, own_fds = top[0]
+                sets.append([(name, own_mask, own_fds)])  # (until attached: closed with the others on a failure)
+                for i, (mask, fds) in enumerate(top[1:]):
+                    sets[i // per].append((name, mask, fds))
+                for layer in below:
+                    for i, (mask, fds) in enumerate(jail.share(n * per, layer=layer)):
+                        sets[i // per].append((layer, mask, fds))
+                cow = own_mask[0] == "1" or (base is not None and base.cow)  # (changes to the image)
+                point = Snapshot(name, base.layers if base is not None else (), 0, 0, time.time(),
+                                 image_of(jail.plan.rootfs), cow, store, True, frozenset({name, *below}))  # fmt: skip
+                shared.append(point)
+                ready.set()  # the children attach theirs meanwhile
+                jail.attach(name, own_mask, own_fds)
+                sb.reset(to=point)
+        except BaseException as e:
+            failed: BaseException | None = e
+        else:
+            failed = None
+        finally:
+            ready.set()
+    _close(sets)
+    kids = [f.result() for f in futures if f.exception() is None]
+    if failed is not None or len(kids) < n:
+        for kid in kids:
+            _give_back(kid, pool)
+        raise failed or next(f.exception() for f in futures if f.exception() is not None)  # type: ignore[misc]
+    return kids
 
 
 def _reset_to(kid: "Sandbox", snap: Snapshot, pool: "SandboxPool") -> "Sandbox":

@@ -204,7 +204,7 @@ enum reply {
 enum opt_kind { OPT_FD, OPT_SIZE, OPT_PATH, OPT_FLAG, OPT_COUNT, OPT_RLIMIT, OPT_NAME };
 enum opt_id {
   O_CTRL, O_EXE, O_SECCOMP, O_LOWER, O_UPPER, O_TMP, O_TESTBED, O_BIND, O_WTMPFS, O_DEVDIR, O_ROOTRO, O_MKDIR,
-  O_PTYS, O_SNAPS, O_LAYER, O_LANDLOCK, O_RO, O_RW, O_OWN, O_DEVRW, O_NET, O_CPU, O_AS, O_FSIZE, O_NPROC, O_NOFILE, O_CORE,
+  O_PTYS, O_SNAPS, O_LAYER, O_DEFER, O_LANDLOCK, O_RO, O_RW, O_OWN, O_DEVRW, O_NET, O_CPU, O_AS, O_FSIZE, O_NPROC, O_NOFILE, O_CORE,
   O_STACK, N_OPTS
 };
 static const struct opt_spec {
@@ -227,6 +227,7 @@ static const struct opt_spec {
   [O_PTYS] = {"ptys", OPT_COUNT, 1},       /* the generation's devpts instance holds at most this many */
   [O_SNAPS] = {"snaps", OPT_PATH, 1},      /* where the snapshot store is bound (read-only): layers by name */
   [O_LAYER] = {"layer", OPT_NAME, MAX_LAYERS}, /* the first generation's snapshot layers, top first */
+  [O_DEFER] = {"defer", OPT_FLAG, 1},      /* no generation until the first 'Z' (after 'A': a fork's child) */
   [O_LANDLOCK] = {"landlock", OPT_FLAG, 1}, /* no namespaces: a Landlock domain (see "Landlock mode") */
   [O_RO] = {"ro", OPT_PATH, MAX_RULES},    /* Landlock: read and execute beneath (skipped when missing) */
   [O_RW] = {"rw", OPT_PATH, MAX_RULES},    /* Landlock: read, write and execute beneath */
@@ -256,7 +257,7 @@ static struct options {
   const char *lower;       /* overlay lower dir (the image), or NULL */
   const char *snaps;       /* the snapshot store (snaps=), or NULL */
   unsigned long long upper, tmp, testbed;
-  int devdir, rootro, landlock, net;
+  int devdir, rootro, defer, landlock, net;
   unsigned ptys;           /* devpts max= */
   const char *binds[MAX_BINDS];
   const char *ro[MAX_RULES], *rw[MAX_RULES], *own[MAX_OWN], *devrw[MAX_DEVRW];
@@ -2690,8 +2691,8 @@ static void parse_options(int argc, char **argv) {
         break;
       case OPT_FLAG:
         if (strcmp(v, "0") && strcmp(v, "1")) bad_option("option '%s': expected 0 or 1", a);
-        *(id == O_DEVDIR ? &opts.devdir : id == O_ROOTRO ? &opts.rootro : id == O_LANDLOCK ? &opts.landlock
-                                                                                     : &opts.net) = v[0] == '1';
+        *(id == O_DEVDIR ? &opts.devdir : id == O_ROOTRO ? &opts.rootro : id == O_DEFER ? &opts.defer
+          : id == O_LANDLOCK ? &opts.landlock : &opts.net) = v[0] == '1';
         break;
       case OPT_NAME:
         if (!layer_name_ok(v, strlen(v))) bad_option("option '%s': expected 1 to %d lowercase hex digits", a, LAYER_ID_MAX);
@@ -2723,7 +2724,8 @@ static void parse_options(int argc, char **argv) {
   }
   if (!opts.n[O_SECCOMP]) bad_option("no seccomp filter (seccomp=FD): refusing to run commands unfiltered");
   if (opts.landlock) { /* no mount namespace: the options that shape one make no sense */
-    static const int ns_only[] = {O_LOWER, O_UPPER, O_BIND, O_WTMPFS, O_DEVDIR, O_ROOTRO, O_MKDIR, O_PTYS, O_SNAPS, O_LAYER};
+    static const int ns_only[] = {O_LOWER, O_UPPER, O_BIND, O_WTMPFS, O_DEVDIR, O_ROOTRO, O_MKDIR, O_PTYS, O_SNAPS, O_LAYER,
+                                  O_DEFER};
     for (size_t i = 0; i < sizeof ns_only / sizeof *ns_only; i++)
       if (opts.n[ns_only[i]]) bad_option("option %s= needs namespaces: not with landlock=1", opt_specs[ns_only[i]].key);
     if (!opts.n[O_OWN]) bad_option("landlock=1 needs at least one own= directory (where the sandbox writes)");
@@ -2900,11 +2902,11 @@ int main(int argc, char **argv) {
   if (root_fd < 0 || proc_fd < 0) die("opening / and /proc");
   /* Landlock mode's mount table is the host's, seen by the sandbox anyway (and no chroot) */
   if (!opts.landlock && (chroot("/proc") < 0 || chdir("/") < 0)) die("moving into /proc");
-  if (new_generation() < 0) die("setting up the sandbox's filesystem");
+  if (!opts.defer && new_generation() < 0) die("setting up the sandbox's filesystem");
   send_str(REP_HELLO, 0, HELLO_TEXT);
   /* the zygote confines itself while the host reads the hello.  Landlock mode: at the first request,
    * when the host has placed the executor in its cgroup (no PID namespace holds it back meanwhile) */
-  if (!opts.landlock) make_standby();
+  if (!opts.landlock && !opts.defer) make_standby();
   for (;;) {
     int r = poll(pfds, SINK0 + n_sinks, -1);
     if (r < 0) {
