@@ -21,6 +21,8 @@ A root caller's sandboxes run as host uids of their own (slots.py): each child's
 idmapped (``mount_setattr(MOUNT_ATTR_IDMAP)``, by the host) so that the files show as its own,
 and the child keeps a second, raw set to share the layer on (a mount is idmapped once).
 
+New children start while the forked sandbox shares its writes, with no filesystem of their own
+yet (the executor's ``defer=1``): each builds its first generation once its sets are attached.
 ``pool=``: the children are a ``SandboxPool``'s warm sandboxes (an attach and a reset each, no
 start), given back with ``pool.release``, which resets them to the pool's state.
 """
