@@ -26,7 +26,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from . import containers, landlock
+from . import containers
+from . import landlock
 from . import rootfs as rootfs_mod
 from ._cmdio import Proc
 from .config import SandboxConfig, base_env, check_env_pair, resolve_path
@@ -34,27 +35,9 @@ from .errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, Setu
 from .host import HIGH_FD, Host, move_high
 from .identity import unreachable
 from .plan import JailPlan, Slot, check_landlock, netns_wanted, plan, plan_landlock
-from .protocol import (
-    MAX_REQUEST_PAYLOAD,
-    SP_STATUS,
-    SP_STDERR,
-    SP_STDIN,
-    SP_STDOUT,
-    Channel,
-    Op,
-    Reply,
-    attach_payload,  # fmt: skip
-    is_hello,
-    kill_payload,
-    loopback_payload,
-    mkdir_payload,
-    open_payload,
-    reset_payload,
-    share_payload,
-    snapshot_payload,
-    spawn_payload,
-    symlink_payload,
-)
+from .protocol import MAX_REQUEST_PAYLOAD, SP_STATUS, SP_STDERR, SP_STDIN, SP_STDOUT, Channel, Op, Reply, is_hello, kill_payload, loopback_payload, \
+    mkdir_payload, open_payload, reset_payload, snapshot_payload, spawn_payload, symlink_payload, share_payload, \
+    attach_payload  # fmt: skip
 from .snapshot import Snapshot, image_of, release
 
 START_TIMEOUT_S = 30.0  # bwrap + executor must say hello within this
@@ -647,9 +630,8 @@ class Jail:
     def start_over(self, base: Snapshot | None, host: Host) -> bool:
         """A fresh generation over ``base`` (None: the image) in this jail; False when it takes a new
         jail (this one binds no snapshot store, or the executor could not build it)."""
-        stored = [n for n in (base.layers if base is not None else ()) if n not in base.shared]  # type: ignore[union-attr]
-        if self.chan is None or self.chan.closed or ((stored or (self.snapshot is not None and not self.snapshot.shared))
-                                                     and not self.plan.snaps):  # fmt: skip
+        needs_store = (base is not None and base.store_layers) or (self.snapshot is not None and not self.snapshot.shared)
+        if self.chan is None or self.chan.closed or (needs_store and not self.plan.snaps):
             return False
         holds = host.snapshot_store().hold(base) if base is not None else []
         try:

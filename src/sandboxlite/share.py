@@ -53,14 +53,13 @@ def fork(sb: "Sandbox", n: int, *, share: bool = False, pool: "SandboxPool | Non
     """``Sandbox.fork``: ``n`` sandboxes over ``sb``'s state (copied once into the store, or shared)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError("n", f"must be a positive number of sandboxes, got {n!r}")
-    if pool is not None and not (callable(getattr(pool, "acquire", None)) and callable(getattr(pool, "release", None))):
+    if pool is not None and not all(hasattr(pool, a) for a in ("acquire", "release", "size", "config")):
         raise ConfigError("pool", f"expected a SandboxPool, got {type(pool).__name__}")
     Sandbox = type(sb)
-    if pool is not None and n > getattr(pool, "size", n):
+    if pool is not None and n > pool.size:
         raise ConfigError("n", f"{n} sandboxes from a pool of {pool.size}: the fork would wait for ever",
                           hint="fork at most the pool's size, or make the pool bigger")  # fmt: skip
-    if pool is not None and image_of(rootfs_mod.resolve(getattr(pool, "config", sb.config).rootfs)) != image_of(
-            sb.jail.plan.rootfs):  # fmt: skip
+    if pool is not None and image_of(rootfs_mod.resolve(pool.config.rootfs)) != image_of(sb.jail.plan.rootfs):
         raise ConfigError("pool", f"its sandboxes run the image {pool.config.rootfs!r}, this one {sb.config.rootfs!r}: "
                           "a fork's state only goes over the image it was written over")  # fmt: skip
     if share:
@@ -92,8 +91,8 @@ def _fork_shared(sb: "Sandbox", n: int, pool: "SandboxPool | None") -> list["San
     stored = base.stored if base is not None else None  # what the children start over before the layers
     sets: list[Sets] = [[] for _ in range(n)]  # each child's: (layer, mask, fds), top first, `per` of each
     uid = jail.plan.run_as
-    ready = threading.Event()  # set once the sets are made (or that failed: then ``point`` is None)
-    shared: list[Snapshot] = []
+    ready = threading.Event()  # set once the sets are made, or that failed (``shared`` stays empty)
+    shared: list[Snapshot] = []  # the fork's point, once made
 
     def attach(i: int, kid_jail) -> Snapshot:
         ready.wait()
@@ -159,12 +158,7 @@ def _fork_shared(sb: "Sandbox", n: int, pool: "SandboxPool | None") -> list["San
         finally:
             ready.set()
     _close(sets)
-    kids = [f.result() for f in futures if f.exception() is None]
-    if failed is not None or len(kids) < n:
-        for kid in kids:
-            _give_back(kid, pool)
-        raise failed or next(f.exception() for f in futures if f.exception() is not None)  # type: ignore[misc]
-    return kids
+    return _collect(futures, pool, failed)
 
 
 def _reset_to(kid: "Sandbox", snap: Snapshot, pool: "SandboxPool") -> "Sandbox":
@@ -188,11 +182,17 @@ def _children(n: int, make, pool: "SandboxPool | None") -> list["Sandbox"]:
     (closed, or released to ``pool``) and the first error is raised."""
     with ThreadPoolExecutor(max_workers=min(n, 2 * (os.cpu_count() or 1))) as ex:
         futures = [ex.submit(make, i) for i in range(n)]
+    return _collect(futures, pool, None)
+
+
+def _collect(futures: list, pool: "SandboxPool | None", failed: BaseException | None) -> list["Sandbox"]:
+    """The children the finished ``futures`` made; when one failed (or ``failed``), all of them
+    given back and that error raised."""
     kids = [f.result() for f in futures if f.exception() is None]
-    if len(kids) < n:
+    if failed is not None or len(kids) < len(futures):
         for kid in kids:
             _give_back(kid, pool)
-        raise next(f.exception() for f in futures if f.exception() is not None)  # type: ignore[misc]
+        raise failed or next(f.exception() for f in futures if f.exception() is not None)  # type: ignore[misc]
     return kids
 
 

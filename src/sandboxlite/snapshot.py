@@ -105,11 +105,16 @@ class Snapshot:
         return (self.name, *self.ancestors)
 
     @property
+    def store_layers(self) -> tuple[str, ...]:
+        """Its layers that are in the store (all of them unless ``shared``), top first."""
+        return tuple(n for n in self.layers if n not in self.shared)
+
+    @property
     def stored(self) -> "Snapshot | None":
         """The part of its stack that is in the store (itself unless ``shared``; None: the image)."""
         if not self.shared:
             return self
-        below = [n for n in self.layers if n not in self.shared]
+        below = self.store_layers
         return self.store.meta(below[0]) if below else None
 
     def flatten(self) -> "Snapshot":

@@ -595,10 +595,10 @@ static int gen_tpl[N_SHARE] = {-1, -1, -1, -1};
  * place is a plain tmpfs still mounted in the generation's root (cloned from there: each template
  * costs an expedited RCU grace period when it goes, on every reset and close); 0: not there */
 enum { TPL_NONE, TPL_UPPER, TPL_PLAIN };
-static int gen_tpl_upper[N_SHARE];
+static int gen_tpl_kind[N_SHARE];
 static dev_t gen_plain_dev[N_SHARE]; /* a TPL_PLAIN place's tmpfs, as the generation was built */
 static const char *const share_dirs[N_SHARE] = {"", "testbed", "tmp", "root"}; /* where in the root */
-static int g_tpl[N_SHARE] = {-1, -1, -1, -1}, g_tpl_upper[N_SHARE];
+static int g_tpl[N_SHARE] = {-1, -1, -1, -1}, g_tpl_kind[N_SHARE];
 #define FORK_DIR "/.sl/fork" /* shared layers attached ('A'): FORK_DIR/NAME/PLACE, in PID 1's mount namespace */
 static int fork_dir_ready;
 /* The jail's whole root and its /proc.  The executor itself lives chrooted in /proc: a mount
@@ -727,7 +727,7 @@ struct sl_mount_attr {
 /* G: a detached clone of the tmpfs at path, for sharing; none (-1) when the kernel has no open_tree */
 static void share_template(int which, const char *path) {
   g_tpl[which] = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE);
-  g_tpl_upper[which] = g_tpl[which] >= 0 ? TPL_UPPER : TPL_NONE;
+  g_tpl_kind[which] = g_tpl[which] >= 0 ? TPL_UPPER : TPL_NONE;
 }
 
 /* G: build the generation's mount namespace, pivot into it, report, wait. */
@@ -813,7 +813,7 @@ static void gen_child(int ready_w, int hold_r) {
       snprintf(path, sizeof path, "/.sl/gen/p-%s", share_places[sh]);
       share_template(sh, path);
     } else {
-      g_tpl_upper[sh] = TPL_PLAIN;
+      g_tpl_kind[sh] = TPL_PLAIN;
     }
   }
   /* the workspace (the writes of the generation's overlays), for the executor's snapshots: once
@@ -830,8 +830,8 @@ static void gen_child(int ready_w, int hold_r) {
   }
   char msg[160];
   int len = snprintf(msg, sizeof msg, "%d %d %d %d %d %d %d %d %d %d %d %d", ws, g_pws[PL_TESTBED], g_pws[PL_TMP],
-                     g_pws[PL_HOME], g_tpl[0], g_tpl[1], g_tpl[2], g_tpl[3], g_tpl_upper[0], g_tpl_upper[1],
-                     g_tpl_upper[2], g_tpl_upper[3]);
+                     g_pws[PL_HOME], g_tpl[0], g_tpl[1], g_tpl[2], g_tpl[3], g_tpl_kind[0], g_tpl_kind[1],
+                     g_tpl_kind[2], g_tpl_kind[3]);
   if (write(ready_w, msg, (size_t)len) != len) _exit(EXIT_SETUP);
   char c;
   while (read(hold_r, &c, 1) < 0 && errno == EINTR) {
@@ -1125,18 +1125,20 @@ static int new_generation(void) {
     wsfd = k == 1 + N_PLACE_WS + 2 * N_SHARE ? openat(proc_fd, path, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
     /* the templates themselves (pidfd_getfd: the same open file; a detached tree is dissolved when
      * the file open_tree made is closed, so reopening /proc/G/fd/N would not keep it) */
-    int gpid = wsfd >= 0 ? (int)syscall(SYS_pidfd_open, g, 0) : -1;
+    int any_tpl = 0;
+    for (int i = 0; wsfd >= 0 && i < N_SHARE; i++) any_tpl |= nums[1 + N_PLACE_WS + i] >= 0;
+    int gpid = wsfd >= 0 && any_tpl ? (int)syscall(SYS_pidfd_open, g, 0) : -1;
     for (int i = 0; i < N_SHARE; i++) { /* (a template that cannot be had: no sharing) */
       struct stat st;
-      gen_tpl_upper[i] = nums[1 + N_PLACE_WS + N_SHARE + i];
+      gen_tpl_kind[i] = nums[1 + N_PLACE_WS + N_SHARE + i];
       if (gpid >= 0 && nums[1 + N_PLACE_WS + i] >= 0)
         gen_tpl[i] = (int)syscall(SYS_pidfd_getfd, gpid, nums[1 + N_PLACE_WS + i], 0);
-      if (gen_tpl_upper[i] == TPL_UPPER && gen_tpl[i] < 0) gen_tpl_upper[i] = TPL_NONE;
-      if (gen_tpl_upper[i] == TPL_PLAIN) { /* (before anything runs there) */
+      if (gen_tpl_kind[i] == TPL_UPPER && gen_tpl[i] < 0) gen_tpl_kind[i] = TPL_NONE;
+      if (gen_tpl_kind[i] == TPL_PLAIN) { /* (before anything runs there) */
         if (rootfd >= 0 && fstatat(rootfd, share_dirs[i], &st, AT_SYMLINK_NOFOLLOW) == 0)
           gen_plain_dev[i] = st.st_dev;
         else
-          gen_tpl_upper[i] = TPL_NONE;
+          gen_tpl_kind[i] = TPL_NONE;
       }
     }
     if (gpid >= 0) close(gpid);
@@ -1329,14 +1331,21 @@ static int is_attached(const char *name) {
  * sandbox's host uid (an idmapped mount is idmapped once).  A reset unmounts the shared layers
  * its generation is not built over.  Cloning again needs the generation's mount namespace (the kernel clones a detached
  * mount only in the namespace it came from): a helper joins it for 'W'. */
-/* One set of clones of the shared layer NAME attached here (of its raw/ copy when it has one):
- * the places' mask in mask, the descriptors in out; how many, or -1 with errno. */
+/* Where the attached shared layer NAME's places are, relative to root_fd: its raw/ copy when it has
+ * one (not idmapped: what to clone or copy from), else its own set. */
+static void attached_dir(const char *name, char *base, size_t size) {
+  struct stat st;
+  snprintf(base, size, "%s/%s/raw", FORK_DIR + 1, name);
+  if (fstatat(root_fd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) snprintf(base, size, "%s/%s", FORK_DIR + 1, name);
+}
+
+/* One set of clones of the shared layer NAME attached here (attached_dir): the places' mask in
+ * mask, the descriptors in out; how many, or -1 with errno. */
 static int clone_attached(const char *name, char *mask, int *out) {
   char p[PATH_MAX], base[PATH_MAX];
   struct stat st;
   int n = 0;
-  snprintf(base, sizeof base, "%s/%s/raw", FORK_DIR + 1, name);
-  if (fstatat(root_fd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) snprintf(base, sizeof base, "%s/%s", FORK_DIR + 1, name);
+  attached_dir(name, base, sizeof base);
   for (int i = 0; i < N_SHARE; i++) {
     mask[i] = '0';
     snprintf(p, sizeof p, "%s/%s", base, share_places[i]);
@@ -1370,9 +1379,9 @@ static void share_helper(int sock, unsigned long long count) {
       mask[i] = '0';
       int c;
       struct stat st;
-      if (gen_tpl_upper[i] == TPL_UPPER) {
+      if (gen_tpl_kind[i] == TPL_UPPER) {
         c = (int)syscall(SYS_open_tree, gen_tpl[i], "u", OPEN_TREE_CLONE | O_CLOEXEC);
-      } else if (gen_tpl_upper[i] == TPL_PLAIN) { /* the tmpfs mounted there (the commands mount nothing) */
+      } else if (gen_tpl_kind[i] == TPL_PLAIN) { /* the tmpfs mounted there (the commands mount nothing) */
         c = (int)syscall(SYS_open_tree, gen_root, share_dirs[i], OPEN_TREE_CLONE | O_CLOEXEC | AT_SYMLINK_NOFOLLOW);
         if (c >= 0 && (fstat(c, &st) < 0 || st.st_dev != gen_plain_dev[i])) {
           close(c);
@@ -1431,7 +1440,7 @@ static void do_share(uint32_t id, const char *payload) {
     return;
   }
   int any = 0;
-  for (int i = 0; i < N_SHARE; i++) any |= gen_tpl_upper[i] != TPL_NONE;
+  for (int i = 0; i < N_SHARE; i++) any |= gen_tpl_kind[i] != TPL_NONE;
   if (!any || gen_mnt < 0 || gen_root < 0) {
     send_errno(id, EOPNOTSUPP);
     return;
@@ -1914,9 +1923,7 @@ static int copy_place(int src, int dst, const char *name, struct copy_job *job) 
 /* The places of the shared layer `layer` (attached here: its raw copy when it has one), as a layer. */
 static int snapshot_attached(const char *layer, int dst, struct copy_job *job) {
   char base[PATH_MAX], p[PATH_MAX];
-  struct stat st;
-  snprintf(base, sizeof base, "%s/%s/raw", FORK_DIR + 1, layer);
-  if (fstatat(root_fd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) snprintf(base, sizeof base, "%s/%s", FORK_DIR + 1, layer);
+  attached_dir(layer, base, sizeof base);
   job->keep_overlay_xattrs = 1; /* the children read it as a layer: its marks mean what they meant to them */
   for (int i = 0; i < N_SHARE; i++) {
     snprintf(p, sizeof p, "%s/%s", base, share_places[i]);
