@@ -3,7 +3,7 @@
 
 Two worker processes, one importing sandboxlite from the working tree ("new"), one from a
 checkout of ``--base`` (default ``HEAD``; a ``git worktree`` made in a temporary directory, or
-``--base-src DIR`` pointing at another ``src``).  Rounds are interleaved (new, old, old, new, ...)
+``--base-src DIR``: the directory holding another ``sandboxlite/``).  Rounds are interleaved (new, old, old, new, ...)
 so both sides see the same machine load; each round measures, as ``bench/core.py`` does:
 
     cold_true  Sandbox() -> first /bin/true finished (close excluded)
@@ -99,7 +99,7 @@ class Worker:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", default="HEAD", help="git revision of the 'old' side (default HEAD)")
-    ap.add_argument("--base-src", type=Path, help="a src directory for the 'old' side instead of --base")
+    ap.add_argument("--base-src", type=Path, help="the directory holding the 'old' side's sandboxlite/ instead of --base")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rootfs", default="host")
@@ -121,10 +121,10 @@ def main() -> int:
             print(f"bench/ab.py: cannot check out --base {opts.base!r}: {r.stderr.strip()}\n"
                   "Hint: give a commit of this repository, or --base-src DIR", file=sys.stderr)
             return 2
-        old_src = Path(tmp) / "src"
+        old_src = Path(tmp) / "src" if (Path(tmp) / "src" / "sandboxlite").is_dir() else Path(tmp)  # (src/ layout before 2026-12)
         base = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", opts.base], capture_output=True,
                               text=True).stdout.strip()  # fmt: skip
-    new_src = ROOT / "src"
+    new_src = ROOT
     try:
         new, old = Worker("new", new_src, opts.rootfs, opts.cgroups), Worker("old", old_src, opts.rootfs, opts.cgroups)
         load0 = os.getloadavg()

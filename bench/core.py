@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR.parent / "src"))  # a checkout works without installing
+sys.path.insert(0, str(BENCH_DIR.parent))  # a checkout works without installing
 
 from sandboxlite.cli import main
 

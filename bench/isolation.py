@@ -34,7 +34,7 @@ def main() -> int:
     ap.add_argument("--cgroups", default="auto", choices=("auto", "off", "required"))
     ap.add_argument("--json", type=Path)
     opts = ap.parse_args()
-    src = ROOT / "src"
+    src = ROOT
     workers = {m: Worker(m, src, "host", opts.cgroups, {"SANDBOXLITE_ISOLATION": m}) for m in MODES}
     load0 = os.getloadavg()
     for r in range(opts.warmup + opts.rounds):

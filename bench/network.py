@@ -33,14 +33,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "src"))  # a checkout works without installing
+sys.path.insert(0, str(HERE.parent))  # a checkout works without installing
 sys.path.insert(0, str(HERE))
 
 from ab import percentile, write_json  # noqa: E402
 
 from sandboxlite import Sandbox  # noqa: E402
-from sandboxlite.egress import EgressProxy  # noqa: E402
-from sandboxlite.host import default_host  # noqa: E402
+from sandboxlite.jail.host import default_host  # noqa: E402
+from sandboxlite.network.egress import EgressProxy  # noqa: E402
 
 clock = time.perf_counter
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "bench")
@@ -56,7 +56,7 @@ def script(steps: int) -> list:
 
 def docker_image(rootfs: str) -> str:
     """The rootfs image, ``docker import``-ed once (tagged by its manifest's digest)."""
-    from sandboxlite import rootfs as rootfs_mod
+    from sandboxlite import images as rootfs_mod
 
     root = rootfs_mod.image_root(rootfs)
     manifest = root.parent / "manifest.json"

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
 
 from sandboxlite import SandboxPool  # noqa: E402
 from sandboxlite.agent.task import Task  # noqa: E402

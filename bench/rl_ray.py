@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
 
 from sandboxlite import SandboxPool  # noqa: E402
 from sandboxlite.agent.scripted import ScriptedModel  # noqa: E402

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR.parent / "src"))
+sys.path.insert(0, str(BENCH_DIR.parent))
 
 from sandboxlite import Sandbox  # noqa: E402
 

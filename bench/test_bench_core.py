@@ -40,7 +40,7 @@ def sb():
 
 @pytest.fixture(scope="module")
 def runtimes(sb):
-    from sandboxlite import rootfs
+    from sandboxlite import images as rootfs
 
     plan = sb.rootfs_plan
     ctx = bl.Context(rootfs=plan.name, plan=rootfs.resolve(plan.name), cgroups="auto", log=lambda _: None)

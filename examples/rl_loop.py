@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sandboxlite import SandboxPool  # noqa: E402
 from sandboxlite.agent.model import FakeModel  # noqa: E402

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE.parent))
 
 from sandboxlite import SandboxConfig  # noqa: E402
 from sandboxlite.agent.task import Task  # noqa: E402

@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
-from sandboxlite.egress import EgressProxy
-from sandboxlite.host import default_host
+from sandboxlite.jail.host import default_host
+from sandboxlite.network.egress import EgressProxy
+
 
 def _origin(label: bytes):
     class Handler(http.server.BaseHTTPRequestHandler):

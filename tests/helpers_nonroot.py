@@ -20,6 +20,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+
 def run_py(box, script: str, stdin: str | None = None, timeout: float = 30) -> dict:
     """Run a Python script inside ``box`` and return the JSON it printed last."""
     r = box.exec(["python3", "-c", script], stdin=stdin, timeout=timeout)
@@ -33,7 +34,7 @@ def run_py(box, script: str, stdin: str | None = None, timeout: float = 30) -> d
 NOBODY_UID = 65534
 NOBODY_GID = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
-SRC_DIR = Path(__file__).resolve().parent.parent / "src"
+SRC_DIR = Path(__file__).resolve().parent.parent  # the checkout: sandboxlite/ is at its top
 
 # Host-global sysctls (not namespaced).  Opening one for writing from inside a
 # sandbox must fail: kernel.core_pattern / kernel.modprobe name programs the

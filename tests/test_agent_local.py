@@ -202,10 +202,9 @@ def test_the_embedded_model_makes_an_attempt_on_the_readme_demos(smol, tmp_path,
     submit); the small profile's model answers what it knows and runs scripts for what it must compute."""
     from pathlib import Path
 
+    from sandboxlite.agent.loop import AgentLimits
     from sandboxlite.agent.run import run_task
     from sandboxlite.agent.task import Task
-
-    from sandboxlite.agent.loop import AgentLimits
 
     task = Task.load(Path(__file__).resolve().parents[1] / "examples" / f"{demo}.json")
     r = run_task(task, smol, output_dir=tmp_path, limits=AgentLimits(max_steps=3))

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from sandboxlite import Sandbox
-from sandboxlite.agent.tools import EDITOR_COMMANDS, Tools, ToolResult, clip_middle
+from sandboxlite.agent.tools import EDITOR_COMMANDS, ToolResult, Tools, clip_middle
 from sandboxlite.errors import ToolError
 
 _counter = itertools.count()

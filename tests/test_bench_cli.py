@@ -11,7 +11,7 @@ from sandboxlite.bench import SCHEMA
 from sandboxlite.bench.core import LATENCY_METRICS
 from sandboxlite.bench.report import CHART_SKIPPED, draw_chart
 from sandboxlite.cli import main
-from sandboxlite.rootfs import image_root
+from sandboxlite.images import image_root
 
 STAT_KEYS = ("median_ms", "p90_ms", "p99_ms", "min_ms", "max_ms")
 BASELINES = {"raw_bwrap", "unshare", "sandlock", "posix_spawn", "subprocess_run", "host", "docker", "podman", "runc"}

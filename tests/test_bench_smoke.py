@@ -59,7 +59,7 @@ def test_bench_demo_runs_counts_answered_and_right(tmp_path):
 def test_the_sandlock_baseline_runs_confined_over_the_image(tmp_path):
     """PyPI sandlock (the [sandlock] extra) over the science image: commands run, the image stays
     read-only, writes land in the baseline's scratch directory, and what it lacks is measured."""
-    from sandboxlite import rootfs as rootfs_mod
+    from sandboxlite import images as rootfs_mod
     from sandboxlite.bench.baselines import Context, make_runtimes
 
     ctx = Context(rootfs="science", plan=rootfs_mod.resolve("science"), cgroups="auto", log=lambda m: None,
@@ -91,7 +91,7 @@ def test_an_agent_episode_over_sandlock(tmp_path):
     """The bench's sandlock agent episode (SandlockBox): the scripted model's run submits the right
     answer through sandlock's shell and the host-side file operations; a symlink a command made is
     refused, never followed onto the host; a command that runs out of time ends its session."""
-    from sandboxlite import rootfs as rootfs_mod
+    from sandboxlite import images as rootfs_mod
     from sandboxlite.agent.run import run_task
     from sandboxlite.agent.scripted import ScriptedModel
     from sandboxlite.agent.task import Task
@@ -130,7 +130,7 @@ def test_sandlock_shell_output_is_capped_as_it_comes(tmp_path):
     as the Sandbox's shell does: 20 MB printed costs no 20 MB buffer."""
     import tracemalloc
 
-    from sandboxlite import rootfs as rootfs_mod
+    from sandboxlite import images as rootfs_mod
     from sandboxlite.bench.baselines import Context, make_runtimes
 
     ctx = Context(rootfs="science", plan=rootfs_mod.resolve("science"), cgroups="auto", log=lambda m: None,

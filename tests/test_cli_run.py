@@ -162,7 +162,7 @@ def test_an_unknown_rootfs_is_bad_input_with_a_hint_that_works(tmp_path):
     assert "rootfs" in r.stderr and "nosuch" in r.stderr and "Hint:" in r.stderr
     assert "rootfs build nosuch" not in r.stderr  # no such profile: that command fails
     assert "sandboxlite rootfs build lean" in r.stderr  # a profile that exists
-    from sandboxlite.rootfs.build import profile_names
+    from sandboxlite.images.build import profile_names
 
     assert "lean" in profile_names()
     r = run("--query", "q", "--rootfs", "/no/such/dir", "--model", "scripted")

@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from sandboxlite import SandboxCrashed, SetupError
-from sandboxlite.containers import Facts, detect, explain, recipe
-from sandboxlite.launch import diagnose
+from sandboxlite.isolation.containers import Facts, detect, explain, recipe
+from sandboxlite.jail.launch import diagnose
 
 NO_USERNS = ("bwrap: No permissions to create new namespace, likely because the kernel does not allow "
              "non-privileged user namespaces.")  # fmt: skip
@@ -173,7 +173,7 @@ def test_the_shipped_profile_lets_a_jail_start_and_still_refuses_the_rest():
     import json
     import platform
 
-    from sandboxlite.container_profile import JAIL_NEEDS, profile
+    from sandboxlite.isolation.container_profile import JAIL_NEEDS, profile
 
     if platform.machine() != "x86_64":
         pytest.skip("the probe's keyctl number is x86_64's")
@@ -228,7 +228,7 @@ def test_a_root_caller_without_cap_sys_admin_starts_every_sandbox(tmp_path):
     code = r"""
 import json
 from sandboxlite import Sandbox
-from sandboxlite.host import Host
+from sandboxlite.jail.host import Host
 h = Host.detect()
 out = {"netns": h.netns is None, "netns_reason": h.netns_reason, "uids": h.uids is None, "uids_reason": h.uids_reason}
 for rootfs in ("science", "host", "science", "host", "science"):

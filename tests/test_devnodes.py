@@ -1,16 +1,17 @@
-"""The ready-made /dev of root callers' sandboxes (sandboxlite.devnodes) against bwrap's --dev."""
+"""The ready-made /dev of root callers' sandboxes (sandboxlite.isolation.devnodes) against bwrap's --dev."""
 
 import os
 import stat
 
 import pytest
 
-from sandboxlite import ConfigError, Sandbox, devnodes
-from sandboxlite.bwrap import BwrapInfo
+from sandboxlite import ConfigError, Sandbox
 from sandboxlite.config import SandboxConfig
-from sandboxlite.host import Host
-from sandboxlite.plan import EXECUTOR_FD, plan
-from sandboxlite.rootfs import RootfsPlan
+from sandboxlite.images import RootfsPlan
+from sandboxlite.isolation import devnodes
+from sandboxlite.isolation.bwrap import BwrapInfo
+from sandboxlite.jail.host import Host
+from sandboxlite.jail.plan import EXECUTOR_FD, plan
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only root can make device nodes")
 

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from sandboxlite.egress import EgressLimits, EgressProxy
-from sandboxlite.netpolicy import Policy
+from sandboxlite.network.egress import EgressLimits, EgressProxy
+from sandboxlite.network.policy import Policy
 
 BODY = b"x" * 5000
 

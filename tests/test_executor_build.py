@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from sandboxlite import Sandbox, executor
-from sandboxlite.host import Host
+from sandboxlite.jail.host import Host
 
 
 def test_the_executor_is_static_and_built_with_musl():

@@ -14,8 +14,9 @@ import subprocess
 
 import pytest
 
-from sandboxlite import ConfigError, Sandbox, SandboxConfig, executor, protocol
-from sandboxlite.protocol import MAX_BINDS, MAX_MKDIRS, MAX_WTMPFS, ExecutorExit, check_executor_options
+from sandboxlite import ConfigError, Sandbox, SandboxConfig, executor
+from sandboxlite.executor import protocol
+from sandboxlite.executor.protocol import MAX_BINDS, MAX_MKDIRS, MAX_WTMPFS, ExecutorExit, check_executor_options
 
 PREFIX = "sandboxlite-executor: "
 LONG = "a" * protocol.OPTION_PATH_MAX  # with its leading "/", one byte over the limit

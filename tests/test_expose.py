@@ -11,7 +11,7 @@ import pytest
 
 from sandboxlite import Sandbox
 from sandboxlite.errors import ConfigError, SandboxClosed
-from sandboxlite.protocol import Op, Reply
+from sandboxlite.executor.protocol import Op, Reply
 
 PORT = 8765
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from sandboxlite import Sandbox, rootfs
-from sandboxlite.host import Host
+from sandboxlite import Sandbox
+from sandboxlite import images as rootfs
+from sandboxlite.jail.host import Host
 
 
 def _image(home, name):

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from sandboxlite import ConfigError, Host, Sandbox, SetupError
-from sandboxlite.host import default_host
-from sandboxlite.identity import NOBODY, run_as, unreachable
+from sandboxlite.isolation.identity import NOBODY, run_as, unreachable
+from sandboxlite.jail.host import default_host
 
 
 def test_only_a_root_caller_runs_its_jails_as_another_uid():

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from sandboxlite import ConfigError, Host, Limits, Mount, Sandbox, SandboxConfig, SetupError
-from sandboxlite.landlock import Places
-from sandboxlite.plan import plan_landlock
-from sandboxlite.rootfs import host_plan
+from sandboxlite.images import host_plan
+from sandboxlite.isolation.landlock import Places
+from sandboxlite.jail.plan import plan_landlock
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ def test_reports_a_missing_program():
 
 
 def test_joins_cgroups_before_dropping_privileges():
-    from sandboxlite import cgroups
+    from sandboxlite.isolation import cgroups
 
     support = cgroups.detect()
     if support.kind != "v1":

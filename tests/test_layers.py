@@ -1,99 +1,114 @@
-"""The shape of the package: no import cycles (lazy imports included), and the jail core depends on
-nothing above it (agent, eval, rl, cli, bench import the core, never the reverse)."""
+"""The house: rooms, what each may import, no import cycles, and the old import paths.
+
+Every room (a subpackage of sandboxlite, or a top-level module) says in its docstring what it
+may import ("May import: errors, executor, images."); this test reads those lines, walks every
+import of every module (function-level and TYPE_CHECKING ones included: they are imports too)
+and fails on an import a room did not declare, on a cycle between the declarations, and on any
+cycle between modules.  Pure: no bwrap, no sandbox.
+"""
 
 from __future__ import annotations
 
 import ast
-import functools
+import importlib
+import re
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
-PKG = "sandboxlite"
-# the layers above the jail core
-UPPER = ("agent", "eval", "rl", "cli", "bench", "doctor", "compat")
-# the jail core: these modules, and the rootfs package
-CORE = ("bwrap", "cgroups", "config", "devnodes", "errors", "executor", "host", "identity", "launch", "netns",
-        "paths", "plan", "pool", "protocol", "result", "sandbox", "seccomp", "shell", "transfer", "_cmdio",
-        "egress", "netpolicy", "ports", "_relay", "rootfs", "snapshot", "snapshot_io")  # fmt: skip
+import sandboxlite
+from sandboxlite import _moved
+
+PKG = Path(sandboxlite.__file__).resolve().parent
+CORE = ("isolation", "network", "executor", "images", "state", "jail")
+DECLARED = re.compile(r"^May import: (.+?)\.?$", re.M)
 
 
-def modules() -> dict[str, Path]:
-    out = {}
-    for path in sorted((SRC / PKG).rglob("*.py")):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
+def module_files() -> dict[str, Path]:
+    mods = {}
+    for path in PKG.rglob("*.py"):
+        parts = ["sandboxlite", *path.relative_to(PKG).with_suffix("").parts]
         if parts[-1] == "__init__":
             parts.pop()
-        out[".".join(parts)] = path
+        mods[".".join(parts)] = path
+    return mods
+
+
+MODULES = module_files()
+
+
+def room_of(module: str) -> str:
+    """``sandboxlite.jail.launch`` -> ``jail``; ``sandboxlite.errors`` -> ``errors``; the package -> ``sandboxlite``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "sandboxlite"
+
+
+def rooms() -> dict[str, Path]:
+    """Each room and the file whose docstring declares it."""
+    out = {}
+    for mod, path in MODULES.items():
+        parts = mod.split(".")
+        if len(parts) == 1 or (len(parts) == 2):
+            out[room_of(mod)] = path
     return out
 
 
-def _type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")  # fmt: skip
+def declared(path: Path) -> set[str] | None:
+    """The rooms a room may import (its docstring's "May import:" line); None for "anything"."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    m = DECLARED.search(doc)
+    assert m, f"{path}: its docstring says nothing of what it may import (a 'May import: ...' line)"
+    text = re.sub(r"\(.*?\)", "", m.group(1)).strip().rstrip(".")
+    if text.startswith("anything"):
+        return None
+    if text.startswith("nothing"):
+        return set()
+    return {name.strip() for name in text.split(",")}
 
 
-def imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every module of the package that ``name`` imports, at module level or inside functions
-    (``if TYPE_CHECKING:`` blocks excluded: they never run)."""
+def imports(module: str, path: Path, source: str | None = None) -> set[str]:
+    """Every sandboxlite module ``module`` imports, wherever the import statement is."""
     is_pkg = path.name == "__init__.py"
-    here = name.split(".") if is_pkg else name.split(".")[:-1]
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name == PKG or a.name.startswith(PKG + "."):
-                    found.add(a.name)
-        elif isinstance(node, ast.ImportFrom):
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = here[: len(here) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
+                base = module.split(".") if is_pkg else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
             else:
-                mod = node.module or ""
-            if mod == PKG or mod.startswith(PKG + "."):
-                subs = {f"{mod}.{a.name}" for a in node.names} & known  # "from . import x", x a module
-                found.update(subs)
-                if len(subs) < len(node.names):  # names defined by the module itself
-                    found.add(mod)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(path.read_text(), str(path)))
-    found.discard(name)
-    return {m for m in found if m in known}
-
-
-@functools.lru_cache(maxsize=1)
-def graph() -> dict[str, set[str]]:
-    mods = modules()
-    known = set(mods)
-    return {name: imports(name, path, known) for name, path in mods.items()}
+                target = node.module or ""
+            if target.split(".")[0] != "sandboxlite":
+                continue
+            for alias in node.names:  # from PKG import MODULE names the module, not the package
+                sub = f"{target}.{alias.name}"
+                out.add(sub if sub in MODULES else target)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "sandboxlite"}
+    unknown = {t for t in out if t not in MODULES and _moved.new_name(t) is None}
+    assert not unknown, f"{module} imports modules that do not exist: {unknown}"
+    return {_moved.new_name(t) or t for t in out} - {module}
 
 
-def cycles(g: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan)."""
+GRAPH = {mod: imports(mod, path) for mod, path in MODULES.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each a cycle."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on: set[str] = set()
-    out: list[list[str]] = []
-    counter = [0]
+    found: list[list[str]] = []
 
-    def strong(v: str) -> None:
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
         stack.append(v)
         on.add(v)
-        for w in sorted(g[v]):
+        for w in sorted(graph.get(v, ())):
             if w not in index:
-                strong(w)
+                visit(w)
                 low[v] = min(low[v], low[w])
             elif w in on:
                 low[v] = min(low[v], index[w])
@@ -106,50 +121,98 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
                 if w == v:
                     break
             if len(comp) > 1:
-                out.append(sorted(comp))
+                found.append(sorted(comp))
 
-    for v in sorted(g):
+    for v in sorted(graph):
         if v not in index:
-            strong(v)
-    return out
+            visit(v)
+    return found
 
 
-def layer(mod: str) -> str:
-    rest = mod.split(".")[1:]
-    return rest[0] if rest else ""
+def test_the_core_is_in_rooms_and_the_top_level_is_small():
+    top = sorted(p.name for p in PKG.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file())
+    assert set(CORE) <= set(top)
+    modules = [n for n in top if n.endswith(".py")]
+    assert len(modules) <= 9, f"the top level holds {modules}: a module there belongs in a room"
+    for room in CORE:
+        assert declared(PKG / room / "__init__.py") is not None
 
 
-def test_the_checker_finds_cycles_and_lazy_imports(tmp_path):
-    pkg = tmp_path / PKG
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from . import b\n")
-    (pkg / "b.py").write_text("def f():\n    from .c import g\n")
-    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import b\n"
-                              "def g():\n    import sandboxlite.a\n")  # fmt: skip
-    known = {"sandboxlite", "sandboxlite.a", "sandboxlite.b", "sandboxlite.c"}
-    g = {m: imports(m, pkg / (m.split(".")[-1] + ".py") if m != PKG else pkg / "__init__.py", known) for m in known}
-    assert g["sandboxlite.b"] == {"sandboxlite.c"}  # a lazy import counts
-    assert "sandboxlite.b" not in g["sandboxlite.c"]  # a TYPE_CHECKING one does not
-    assert cycles(g) == [["sandboxlite.a", "sandboxlite.b", "sandboxlite.c"]]
+def test_every_import_goes_to_a_room_it_declares():
+    declarations = {room: declared(path) for room, path in rooms().items()}
+    wrong = []
+    for mod, targets in GRAPH.items():
+        allowed = declarations[room_of(mod)]
+        if allowed is None:
+            continue
+        for t in sorted(targets):
+            if room_of(t) != room_of(mod) and room_of(t) not in allowed:
+                wrong.append(f"{mod} imports {t} (room {room_of(mod)} declares: {sorted(allowed)})")
+    assert not wrong, "\n".join(wrong)
 
 
-def test_no_import_cycles():
-    found = cycles(graph())
-    assert found == [], "import cycles (break them: move the shared part down a layer):\n" + "\n".join(
-        " <-> ".join(c) for c in found)  # fmt: skip
+def test_the_declared_rooms_exist_and_point_one_way():
+    declarations = {room: declared(path) for room, path in rooms().items()}
+    for room, allowed in declarations.items():
+        assert allowed is None or allowed <= set(declarations) - {room}, (room, allowed - set(declarations))
+    graph = {room: (allowed or set()) for room, allowed in declarations.items() if allowed is not None}
+    assert cycles(graph) == []
+    # the core never reaches up: no core room declares an upper layer or the CLI
+    for room in CORE:
+        assert not (declarations[room] & {"agent", "eval", "rl", "bench", "compat", "cli", "doctor", "sandboxlite"})
 
 
-@pytest.mark.parametrize("core", CORE)
-def test_the_core_imports_nothing_above_it(core):
-    g = graph()
-    mine = [m for m in g if layer(m) == core]
-    assert mine, f"{core} is not a module of the package"
-    bad = {m: sorted(d for d in deps if layer(d) in UPPER) for m in mine for deps in [g[m]]}
-    assert {m: d for m, d in bad.items() if d} == {}
+def test_no_import_cycles_between_modules():
+    assert cycles(GRAPH) == []
+
+
+def test_the_checks_see_a_cycle_and_a_wrong_way_import():
+    """The walker itself: a function-level import counts, and a cycle through it is found."""
+    fake = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(fake) == [["a", "b", "c"]]
+    src = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..jail import pool\n" \
+          "def f():\n    from ..jail.sandbox import Sandbox\n    import sandboxlite.snapshot\n"
+    found = imports("sandboxlite.state.share", PKG / "state" / "share.py", src)
+    assert found == {"sandboxlite.jail.sandbox", "sandboxlite.jail.pool", "sandboxlite.state.snapshot"}
+
+
+@pytest.mark.parametrize("old", sorted(_moved.MOVED))
+def test_old_import_paths_name_the_same_modules(old):
+    new = "sandboxlite." + _moved.MOVED[old]
+    mod = importlib.import_module(f"sandboxlite.{old}")
+    assert mod is importlib.import_module(new)
+    assert mod.__spec__.name == new  # the module keeps its own spec
+
+
+def test_old_import_paths_work_as_users_wrote_them():
+    import sandboxlite.launch
+    from sandboxlite.rootfs.build import load_profile
+    from sandboxlite.sandbox import Sandbox
+    from sandboxlite.snapshot import Store
+
+    assert Sandbox is sandboxlite.Sandbox and Store is importlib.import_module("sandboxlite.state.snapshot").Store
+    assert load_profile("lean").name == "lean"
+    with mock.patch("sandboxlite.launch.Jail") as fake:
+        assert importlib.import_module("sandboxlite.jail.launch").Jail is fake
+    assert sandboxlite.launch.__name__ == "sandboxlite.jail.launch"
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("sandboxlite.no_such_module")
+
+
+def test_the_public_api_is_unchanged():
+    assert sorted(sandboxlite.__all__) == sorted([
+        "Sandbox", "SandboxPool", "Host", "SandboxConfig", "Limits", "Mount", "ExecResult", "Shell", "Snapshot",
+        "SandboxError", "ConfigError", "SetupError", "RootfsError", "SandboxClosed", "SandboxCrashed",
+        "CommandTimeout", "CommandFailed", "SandboxFileError", "SnapshotError", "__version__", "run_task",
+        "RunResult", "ExitReason", "Task", "FakeModel", "OpenAIModel"])  # fmt: skip
+    for name in sandboxlite.__all__:
+        assert getattr(sandboxlite, name) is not None
+    for upper in ("sandboxlite.rl", "sandboxlite.agent", "sandboxlite.eval", "sandboxlite.bench",
+                  "sandboxlite.compat", "sandboxlite.cli"):
+        importlib.import_module(upper)
 
 
 def test_sandbox_py_stays_small():
-    lines = (SRC / PKG / "sandbox.py").read_text().count("\n")
-    # 450: the snapshot API (snapshot, fork, base, reset(to=)) is thin wrappers over snapshot.py and launch.py
-    assert lines < 450, f"sandbox.py has {lines} lines: move a concept into a module of its own"
+    lines = (PKG / "jail" / "sandbox.py").read_text().count("\n")
+    # 450: the snapshot API (snapshot, fork, base, reset(to=)) is thin wrappers over state/ and launch.py
+    assert lines < 450, f"jail/sandbox.py has {lines} lines: move a concept into a module of its own"

@@ -8,9 +8,18 @@ import time
 import psutil
 import pytest
 
-from sandboxlite import launch, paths
-from sandboxlite.host import default_host
-from sandboxlite import CommandFailed, CommandTimeout, ExecResult, Sandbox, SandboxClosed, SandboxCrashed, SandboxError
+from sandboxlite import (
+    CommandFailed,
+    CommandTimeout,
+    ExecResult,
+    Sandbox,
+    SandboxClosed,
+    SandboxCrashed,
+    SandboxError,
+    paths,
+)
+from sandboxlite.jail import launch
+from sandboxlite.jail.host import default_host
 
 from .conftest import alive, jail_tree, tree
 
@@ -174,7 +183,7 @@ def test_many_cycles_leave_nothing_behind():
         pool.wait_ready(pool.size, 5)
     assert me.num_fds() <= base_fds + 2  # +2: the cached executor fd and seccomp build, opened once
     assert temp_entries() - tmp_before == set()
-    from sandboxlite import cgroups
+    from sandboxlite.isolation import cgroups
 
     for d in ("/sys/fs/cgroup/pids/sandboxlite", "/sys/fs/cgroup/memory/sandboxlite"):
         if os.path.isdir(d):

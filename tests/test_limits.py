@@ -83,7 +83,7 @@ def test_open_files_limit():
 
 
 def test_cgroup_limits_follow_each_sandbox_when_groups_are_reused():
-    from sandboxlite import cgroups
+    from sandboxlite.isolation import cgroups
 
     if os.geteuid() != 0:
         pytest.skip("cgroup v1 groups need root (CI runs as root)")

@@ -1,14 +1,15 @@
-"""Network namespaces made ahead of time for root callers' sandboxes (sandboxlite.netns)."""
+"""Network namespaces made ahead of time for root callers' sandboxes (sandboxlite.network.netns)."""
 
 import os
-import time
 import socket
 import subprocess
+import time
 
 import pytest
 
-from sandboxlite import ConfigError, Sandbox, executor, netns
-from sandboxlite.host import Host, default_host
+from sandboxlite import ConfigError, Sandbox, executor
+from sandboxlite.jail.host import Host, default_host
+from sandboxlite.network import netns
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only a root caller's launcher can join a namespace")
 HOST_NET = os.readlink("/proc/self/ns/net")

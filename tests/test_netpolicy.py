@@ -6,7 +6,7 @@ import json
 import pytest
 
 from sandboxlite.errors import ConfigError
-from sandboxlite.netpolicy import BUILTIN_PRESETS, Policy, load_presets, normalize_host
+from sandboxlite.network.policy import BUILTIN_PRESETS, Policy, load_presets, normalize_host
 
 NO_USER = {}  # no user presets (tests never read the developer's file)
 

@@ -125,7 +125,7 @@ def test_a_sandbox_stays_with_its_proxy_when_the_hosts_is_replaced(host, origins
     proxy for its log, its resets and its close."""
     import dataclasses
 
-    from sandboxlite.egress import EgressProxy
+    from sandboxlite.network.egress import EgressProxy
 
     a, _ = origins
     h = dataclasses.replace(host)

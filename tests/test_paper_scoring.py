@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from llm_in_sandbox.benchmark.chem.reward import compute_score as package_chem
 from llm_in_sandbox.benchmark.biomed.reward import compute_score as package_biomed
+from llm_in_sandbox.benchmark.chem.reward import compute_score as package_chem
 from llm_in_sandbox.benchmark.instruct_pretrain.reward import compute_score as package_pretrain
 from llm_in_sandbox.benchmark.math.reward import compute_score as package_math
 from llm_in_sandbox.benchmark.physics import judge as package_judge

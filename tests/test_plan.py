@@ -5,11 +5,11 @@ import dataclasses
 import pytest
 
 from sandboxlite import SandboxConfig, SetupError
-from sandboxlite.bwrap import BwrapInfo
-from sandboxlite.cgroups import Support
-from sandboxlite.host import Host
-from sandboxlite.plan import CTRL_FD, EXECUTOR_FD, NETNS_FD, SECCOMP_FD, plan, rlimit_args
-from sandboxlite.rootfs import RootfsPlan
+from sandboxlite.images import RootfsPlan
+from sandboxlite.isolation.bwrap import BwrapInfo
+from sandboxlite.isolation.cgroups import Support
+from sandboxlite.jail.host import Host
+from sandboxlite.jail.plan import CTRL_FD, EXECUTOR_FD, NETNS_FD, SECCOMP_FD, plan, rlimit_args
 
 INFO = BwrapInfo(path="/usr/bin/bwrap", version=(0, 8, 0), disable_userns=True)
 USER = Host(bwrap=INFO, euid=1000)  # a plain user: no launcher, no cgroups, bwrap makes /dev and the netns
@@ -150,7 +150,7 @@ def test_argv_is_a_list_of_strings():
 
 def test_network_is_left_to_the_launcher_only_when_it_joins_a_namespace():
     """A root caller's launcher may join a namespace made ahead of time (netns.py): no --unshare-net then."""
-    from sandboxlite.netns import NetnsPool
+    from sandboxlite.network.netns import NetnsPool
 
     def never() -> int:  # a plan makes no namespace: launch() is handed one
         raise AssertionError("plan() made a namespace")
@@ -210,7 +210,7 @@ def test_a_root_caller_without_the_launcher_is_refused():
 def test_a_sandbox_of_its_own_uid_gets_its_image_idmapped_and_its_own_dev():
     """slots.py / idmap.py: the jail runs as the slot's uid; the image (owned by run_as) is a tree
     the launcher attaches at the stage directory, which bwrap binds as the overlay's lower layer."""
-    from sandboxlite.plan import LOWER_FD, Slot
+    from sandboxlite.jail.plan import LOWER_FD, Slot
 
     host = dataclasses.replace(ROOT, stage="/cache/stage")
     slot = Slot(uid=1879048200, gid=998, dev="/dev/.sandboxlite-u1879048200", idmapped=True)
@@ -227,7 +227,7 @@ def test_a_sandbox_of_its_own_uid_gets_its_image_idmapped_and_its_own_dev():
 
 
 def test_an_image_of_another_owner_is_not_idmapped_and_has_no_copy_on_write():
-    from sandboxlite.plan import Slot
+    from sandboxlite.jail.plan import Slot
 
     host = dataclasses.replace(ROOT, stage="/cache/stage")
     slot = Slot(uid=1879048200, gid=998, dev=None, idmapped=True)
@@ -254,8 +254,8 @@ def test_hostname_none_sets_none():
 def test_an_allowlist_keeps_a_namespace_of_its_own_and_trusts_the_host_s_cas(tmp_path):
     """network="allow:..." is network "none" plus the proxy: the same namespace decisions (pooled
     or bwrap's, never the host's), and the host's CA bundle over the image's, read-only."""
-    from sandboxlite.netns import NetnsPool
-    from sandboxlite.plan import SANDBOX_CA_BUNDLE
+    from sandboxlite.jail.plan import SANDBOX_CA_BUNDLE
+    from sandboxlite.network.netns import NetnsPool
 
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
@@ -276,7 +276,7 @@ def test_an_allowlist_keeps_a_namespace_of_its_own_and_trusts_the_host_s_cas(tmp
 
 def test_an_allowlist_or_exposed_ports_are_refused_without_a_network_namespace():
     from sandboxlite.errors import ConfigError
-    from sandboxlite.plan import check_landlock
+    from sandboxlite.jail.plan import check_landlock
 
     with pytest.raises(ConfigError, match="no network namespace of its own"):
         check_landlock(SandboxConfig(network="allow:pypi", rootfs="host"))

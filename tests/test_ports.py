@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from sandboxlite._relay import relay
-from sandboxlite.ports import PortForwarder
+from sandboxlite.network.ports import PortForwarder
+from sandboxlite.network.relay import relay
 
 
 @pytest.fixture

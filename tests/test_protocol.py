@@ -15,9 +15,9 @@ from importlib import resources
 
 import pytest
 
-from sandboxlite import protocol
 from sandboxlite.errors import SandboxCrashed
-from sandboxlite.protocol import (
+from sandboxlite.executor import protocol
+from sandboxlite.executor.protocol import (
     EXECUTOR_OPTIONS,
     Channel,
     ExecutorExit,
@@ -35,7 +35,7 @@ from sandboxlite.protocol import (
     symlink_payload,
 )
 
-SOURCE = resources.files("sandboxlite._executor").joinpath("executor.c").read_text()
+SOURCE = resources.files("sandboxlite.executor").joinpath("executor.c").read_text()
 BEGIN, END = "---- the protocol", "---- end of the protocol"
 
 
@@ -135,7 +135,7 @@ def test_option_table_matches():
 def test_the_spawn_limit_fits_a_request():
     import importlib
 
-    for name in ("sandboxlite.sandbox", "sandboxlite.launch"):  # wherever the host's spawn limit lives
+    for name in ("sandboxlite.jail.sandbox", "sandboxlite.jail.launch"):  # wherever the host's spawn limit lives
         try:
             mod = importlib.import_module(name)
         except ImportError:

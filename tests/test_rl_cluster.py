@@ -8,8 +8,8 @@ import psutil
 import pytest
 
 from sandboxlite.agent.scripted import ScriptedModel
+from sandboxlite.images import manage
 from sandboxlite.rl.cluster import RayRollouts, ensure_image
-from sandboxlite.rootfs import manage
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def _no_wheel(sb):
 
 
 def test_groups_over_actors_start_from_a_prepared_state(local_ray) -> None:
-    from sandboxlite.host import default_host
+    from sandboxlite.jail.host import default_host
 
     with RayRollouts(rootfs="lean", sandboxes_per_actor=2, actors_per_node=2) as cluster:
         groups = cluster.run_groups(policy_factory=_cheat_then_dirty, tasks=_tasks(3), group_size=4, prepare=_prepare)
@@ -172,8 +172,8 @@ def test_ensure_snapshot_imports_a_shipped_export_once(tmp_path) -> None:
     from sandboxlite import Sandbox
     from sandboxlite.errors import SnapshotError
     from sandboxlite.rl.cluster import ensure_snapshot
-    from sandboxlite.snapshot import Store
-    from sandboxlite.snapshot_io import export
+    from sandboxlite.state.archive import export
+    from sandboxlite.state.snapshot import Store
 
     with Sandbox(rootfs="lean") as sb:
         sb.exec("echo shipped > /testbed/s")

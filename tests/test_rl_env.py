@@ -460,7 +460,7 @@ with SandboxPool(size=1, rootfs="host") as pool:
     print("in use", pool.in_use)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split("\n")[:2] == ["(1.0, True, False)", "in use 0"]
 

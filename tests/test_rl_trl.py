@@ -430,7 +430,7 @@ def test_grpo_trainer_with_environment_factory(host_dir, monkeypatch):
     probe = factory()
     schemas = [json.dumps(get_json_schema(m)) for m in (probe.execute_bash, probe.str_replace_editor, probe.submit)]
     probe.close()
-    template = (ROOT / "src/sandboxlite/agent/templates/default.txt").read_text()
+    template = (ROOT / "sandboxlite/agent/templates/default.txt").read_text()
     tokenizer = _tiny_tokenizer([*schemas, template] * 3, list(chunks.values()))
 
     def ids(text):

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from sandboxlite import RootfsError, Sandbox, rootfs
+from sandboxlite import RootfsError, Sandbox
+from sandboxlite import images as rootfs
 
 
 def _libs(binary: str) -> list[str]:
@@ -78,7 +79,7 @@ def test_missing_rootfs_errors_say_what_to_do(tmp_path):
 
 
 def test_auto_prefers_a_built_image(host_dir_factory, monkeypatch, tiny_root):
-    from sandboxlite.rootfs import manage
+    from sandboxlite.images import manage
 
     home = host_dir_factory("sandboxlite-home-")
     monkeypatch.setenv("SANDBOXLITE_HOME", str(home))
@@ -98,7 +99,7 @@ def test_auto_prefers_a_built_image(host_dir_factory, monkeypatch, tiny_root):
 
 
 def test_the_subuid_hint_proposes_a_range_nobody_has(tmp_path):
-    from sandboxlite.rootfs.build import free_subid_range
+    from sandboxlite.images.build import free_subid_range
 
     sub, gid = tmp_path / "subuid", tmp_path / "subgid"
     sub.write_text("")

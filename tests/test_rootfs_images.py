@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from sandboxlite import RootfsError, Sandbox
-from sandboxlite.rootfs import build, manage
+from sandboxlite.images import build, manage, recipes
 
 from .test_rootfs import tiny_root  # noqa: F401  (fixture)
 
@@ -230,7 +230,7 @@ def test_new_directories_rename_in_the_copy_on_write_root(lean):
 NONROOT_IMPORT = r'''
 import json, sys
 from sandboxlite import Sandbox
-from sandboxlite.rootfs import manage
+from sandboxlite.images import manage
 info = manage.import_(sys.argv[1], "tiny")
 out = {"digest": info.manifest["digest"], "owner": (info.path / "root" / "etc" / "marker").stat().st_uid}
 with Sandbox(rootfs="tiny") as sb:
@@ -299,15 +299,15 @@ def test_science_is_the_default_and_has_the_papers_stack(science):
 def test_images_record_their_recipe_and_an_older_one_is_stale(tmp_path, monkeypatch):
     """``rootfs verify --current`` (what setup runs) fails for an image built from another recipe,
     so a changed profile or hook (the installers hook: pip without PEP 668's refusal) is rebuilt."""
-    from sandboxlite.rootfs import manage
-    from sandboxlite.rootfs.manifest import write_manifest
+    from sandboxlite.images import manage
+    from sandboxlite.images.manifest import write_manifest
 
     p = build.load_profile("lean")
     digest = build.recipe_digest(p)
     assert digest.startswith("sha256:") and digest == build.recipe_digest(build.load_profile("lean"))
     assert digest != build.recipe_digest(build.load_profile("science"))
     assert digest != build.recipe_digest(dataclasses.replace(p, hooks=p.hooks + ("matplotlib-cache",)))
-    assert "installers" in build.ALWAYS_HOOKS and "EXTERNALLY-MANAGED" in build.HOOKS["installers"]
+    assert "installers" in build.ALWAYS_HOOKS and "EXTERNALLY-MANAGED" in recipes.hooks()["installers"]
     monkeypatch.setenv("SANDBOXLITE_HOME", str(tmp_path))
     img = tmp_path / "rootfs" / "lean"
     (img / "root").mkdir(parents=True)

@@ -11,7 +11,8 @@ import os
 
 import pytest
 
-from sandboxlite import Sandbox, seccomp
+from sandboxlite import Sandbox
+from sandboxlite.isolation import seccomp
 
 from .helpers_nonroot import run_py
 

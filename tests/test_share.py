@@ -13,7 +13,7 @@ import pytest
 
 from sandboxlite import Sandbox, SandboxPool
 from sandboxlite.errors import ConfigError, SnapshotError
-from sandboxlite.host import Host
+from sandboxlite.jail.host import Host
 
 MB = 1 << 20
 

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from sandboxlite import ConfigError, SetupError
-from sandboxlite.slots import DEFAULT_RANGE, UidPool, _subuid_range, uid_range
+from sandboxlite.isolation.slots import DEFAULT_RANGE, UidPool, _subuid_range, uid_range
 
 
 def test_the_range_comes_from_the_environment_the_subuid_file_or_the_default(tmp_path):
@@ -43,7 +43,7 @@ def test_another_process_never_gets_a_uid_this_one_holds(tmp_path):
     mine = [pool.lease() for _ in range(2)]
     other = textwrap.dedent(f"""
         from pathlib import Path
-        from sandboxlite.slots import UidPool
+        from sandboxlite.isolation.slots import UidPool
         pool = UidPool(7000, 4, Path({str(tmp_path)!r}))
         print(pool.lease().uid, pool.lease().uid)
         try:

@@ -14,8 +14,8 @@ import pytest
 
 from sandboxlite import Sandbox, SandboxPool
 from sandboxlite.errors import ConfigError, SnapshotError
-from sandboxlite.host import default_host
-from sandboxlite.snapshot import Store, digest_tree, verify_tree
+from sandboxlite.jail.host import default_host
+from sandboxlite.state.snapshot import Store, digest_tree, verify_tree
 
 
 def _layer(snap) -> str:
@@ -365,7 +365,7 @@ def test_a_sandbox_that_changed_nothing_snapshots_as_its_base(sb):
 
 
 def test_export_then_import_gives_the_same_snapshot(stack, tmp_path):
-    from sandboxlite import snapshot_io
+    from sandboxlite.state import archive as snapshot_io
 
     path = snapshot_io.export(stack, tmp_path / "s.tar.zst")
     other = Store(tmp_path / "other", owner=stack.store.owner)
@@ -417,7 +417,7 @@ def _m(name, kind=None, mode=0o644, **kw):
 def test_import_refuses_what_a_snapshot_cannot_hold_and_keeps_nothing(tmp_path):
     import tarfile
 
-    from sandboxlite import snapshot_io
+    from sandboxlite.state import archive as snapshot_io
 
     d = _m("layers/NAME/testbed", tarfile.DIRTYPE, 0o755)
     cases = {
@@ -569,7 +569,7 @@ def test_a_failing_prune_does_not_fail_the_close(sb, monkeypatch):
             said.append(record.getMessage())
 
     # the warning is read at its logger, whatever logging state earlier tests of the suite left
-    logger, handler, disabled = logging.getLogger("sandboxlite.snapshot"), Said(logging.WARNING), logging.root.manager.disable
+    logger, handler, disabled = logging.getLogger("sandboxlite.state.snapshot"), Said(logging.WARNING), logging.root.manager.disable
     monkeypatch.setattr(logger, "disabled", False)
     logging.disable(logging.NOTSET)
     logger.addHandler(handler)

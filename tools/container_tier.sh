@@ -139,9 +139,9 @@ image_py=$(cd "$LEAN/root/usr/bin" && ls python3.* 2>/dev/null | grep -E '^pytho
 [ "$host_py" = "$image_py" ] || die "the wheels are made by $VENV_PY (Python $host_py), the image has Python $image_py: set SANDBOXLITE_TIER_PYTHON to a Python $image_py"
 # the source that goes into the wheel (tracked and untracked files, not ignored ones)
 if git -C "$ROOT" rev-parse >/dev/null 2>&1; then
-    src_files=$(cd "$ROOT" && git ls-files -co --exclude-standard -- pyproject.toml README.md src | sort)
+    src_files=$(cd "$ROOT" && git ls-files -co --exclude-standard -- pyproject.toml setup.py MANIFEST.in README.md sandboxlite rootfs | sort)
 else
-    src_files=$(cd "$ROOT" && { echo pyproject.toml; echo README.md; find src -type f ! -name '*.pyc'; } | sort)
+    src_files=$(cd "$ROOT" && { echo pyproject.toml; echo setup.py; echo MANIFEST.in; echo README.md; find sandboxlite rootfs -type f ! -name '*.pyc'; } | sort)
 fi
 src_files=$(cd "$ROOT" && printf '%s\n' "$src_files" | while read -r f; do [ -f "$f" ] && echo "$f"; done)  # not deleted ones
 SRC_DIGEST=$(cd "$ROOT" && printf '%s\n' "$src_files" | xargs -d '\n' sha256sum | sha256sum | cut -c1-64)

@@ -168,7 +168,7 @@ def _trigger_host_uevent() -> None:
 def test_a_sandbox_hears_no_host_device_events(record):
     """A network namespace owned by the host's initial user namespace receives the host's
     uevents: the pool's namespaces are owned by a user namespace of their own."""
-    from sandboxlite.host import default_host
+    from sandboxlite.jail.host import default_host
 
     pool = default_host().netns
     assert pool is not None and pool.wait_ready(1, 10), "the netns pool is off or broken"

@@ -15,9 +15,9 @@ import pytest
 
 from sandboxlite import Sandbox, SandboxConfig
 from sandboxlite.config import PROXY_URL
-from sandboxlite.egress import EgressProxy
 from sandboxlite.errors import ConfigError
-from sandboxlite.host import default_host
+from sandboxlite.jail.host import default_host
+from sandboxlite.network.egress import EgressProxy
 
 from ..egress_fixtures import curl, host, origins  # noqa: F401  (fixtures)
 

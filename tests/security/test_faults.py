@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sandboxlite import RootfsError, Sandbox, SetupError, rootfs
+from sandboxlite import RootfsError, Sandbox, SetupError
+from sandboxlite import images as rootfs
 
 from .helpers import procs_in, still_running
 

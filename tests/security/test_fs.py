@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sandboxlite import Sandbox, SandboxFileError, paths, rootfs
+from sandboxlite import Sandbox, SandboxFileError, paths
+from sandboxlite import images as rootfs
 
 from .conftest import snapshot
 from .helpers import run_py

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from sandboxlite import seccomp
+from sandboxlite.isolation import seccomp
 
 from ..helpers_nonroot import HOST_SYSCTLS
 from .helpers import SC, ename, nr, run_py
@@ -74,7 +74,7 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def host_control():
     """The same calls on the host, unfiltered, as the jails' unprivileged uid."""
-    from sandboxlite.identity import run_as
+    from sandboxlite.isolation.identity import run_as
 
     uid, gid = run_as() or (65534, 65534)
     names = {n: nr(n) for n in ("io_uring_setup", "userfaultfd", "bpf", "perf_event_open", "keyctl", "add_key")}

@@ -25,7 +25,14 @@ import pytest
 
 from sandboxlite import Host, Sandbox, SandboxFileError
 
-from ..helpers_nonroot import NOBODY_GID, NOBODY_UID, make_nobody_home, parse_result, run_as_nobody, unprivileged_prereqs
+from ..helpers_nonroot import (
+    NOBODY_GID,
+    NOBODY_UID,
+    make_nobody_home,
+    parse_result,
+    run_as_nobody,
+    unprivileged_prereqs,
+)
 from .landlock_attacks import ATTACKS
 
 DENIED = {"EACCES", "EPERM"}

@@ -67,7 +67,7 @@ def test_nonroot_caller_is_really_unprivileged(nobody_run, record):
            f"caller {nobody_run['host_uid']}, executor host uid {st['Uid'].split()[0]}, inside {p['uid']}")
     assert (nobody_run["host_uid"], nobody_run["host_euid"]) == (NOBODY_UID, NOBODY_UID)
     assert st["Uid"].split()[0] == str(NOBODY_UID) and (p["uid"], p["euid"], p["gid"]) == (0, 0, 0)
-    assert nobody_run["sandboxlite_file"].startswith(str(Path(__file__).resolve().parents[2] / "src"))
+    assert nobody_run["sandboxlite_file"].startswith(str(Path(__file__).resolve().parents[2] / "sandboxlite"))
 
 
 def test_nonroot_capabilities(nobody_run, record):
@@ -114,7 +114,7 @@ def test_nonroot_fork_loop(nobody_run, record):
 
 def test_root_caller_jail_is_not_host_root(image_sb, host_sb, record):
     """uid 0 inside is never the host's root: a root caller's jail runs as an unprivileged host uid."""
-    from sandboxlite.identity import run_as
+    from sandboxlite.isolation.identity import run_as
 
     if os.geteuid() != 0:
         pytest.fail("the suite runs as root (CI does); the non-root mode is covered by the tests above")

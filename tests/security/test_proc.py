@@ -84,7 +84,7 @@ def test_signals_to_pid_1(image_sb, record):
 @pytest.fixture
 def host_sleeper(image_sb):
     """A host process running as the jail's own host uid: only the PID namespace protects it."""
-    from sandboxlite.identity import run_as
+    from sandboxlite.isolation.identity import run_as
 
     uid, gid = image_sb.info["host_uid"], (run_as() or (os.getuid(), os.getgid()))[1]
     marker = "host-sleeper-" + secrets.token_hex(4)
@@ -143,7 +143,7 @@ print(json.dumps(procs))
 
 def test_setuid_binaries(host_dir_factory, image_sb, record):
     """A setuid-root program (a copy of cat) handed in through a mount cannot read a root-only file."""
-    from sandboxlite.identity import run_as
+    from sandboxlite.isolation.identity import run_as
 
     d = host_dir_factory("sandboxlite-setuid-")
     shutil.copy2("/usr/bin/cat", d / "suid-cat")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import psutil
 
-from sandboxlite import Sandbox, cgroups, paths
-from sandboxlite.host import default_host
+from sandboxlite import Sandbox, paths
+from sandboxlite.isolation import cgroups
+from sandboxlite.jail.host import default_host
 
 from .helpers import procs_in, rss_mb, still_running
 

@@ -14,7 +14,6 @@ import json
 
 import pytest
 from omegaconf import OmegaConf
-
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, DictConfigWrap, _agent_loop_registry
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput

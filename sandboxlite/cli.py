@@ -1,0 +1,916 @@
+"""The ``sandboxlite`` command line.  It only parses and maps errors to exit codes.
+
+May import: anything: it is the top.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .config import Limits, Mount, SandboxConfig
+from .errors import ConfigError, SandboxError, TaskError
+
+# Exit codes of our own (a command's own exit code passes through unchanged).
+EXIT_USAGE = 2  # bad arguments or config
+EXIT_SANDBOX = 125  # sandboxlite itself failed (like `docker run`)
+
+
+def _fail(e: SandboxError) -> None:
+    """The message, then the exit code: 2 bad input (ConfigError, TaskError; a bad endpoint setting
+    too, though it is also a ModelError), 3 the model endpoint failed, 125 anything else."""
+    from .errors import ModelError
+
+    click.echo(f"sandboxlite: {e}", err=True)
+    if isinstance(e, (ConfigError, TaskError)):
+        sys.exit(EXIT_USAGE)
+    sys.exit(EXIT_MODEL if isinstance(e, ModelError) else EXIT_SANDBOX)
+
+
+def _errors_to_exit_codes(fn):
+    """A command whose SandboxErrors become a message and an exit code (see _fail)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except SandboxError as e:
+            _fail(e)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sandboxlite")
+def main() -> None:
+    """Millisecond sandboxes for LLM agents (bubblewrap + seccomp)."""
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the machine and every check (for scripts).")
+def doctor(as_json: bool) -> None:
+    """Check that this host can run sandboxes, and say how to fix what is missing (exit 1 on a failure)."""
+    import dataclasses
+    import json
+
+    from .doctor import header, run_checks
+
+    checks = run_checks()
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        click.echo(json.dumps({"host": header(), "ok": not failed, "checks": [dataclasses.asdict(c) for c in checks]},
+                              indent=1))  # fmt: skip
+        sys.exit(1 if failed else 0)
+    click.echo(header())
+    marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+    for c in checks:
+        click.echo(f"[{marks[c.status]}] {c.name}: {c.detail}")
+        if c.hint and c.status != "ok":
+            click.echo(f"       Hint: {c.hint}")
+    sys.exit(1 if failed else 0)
+
+
+@main.command(name="container-profile")
+@click.argument("runtime", type=click.Choice(["docker", "podman"]), default="docker")
+def container_profile(runtime: str) -> None:
+    """Print a seccomp profile (JSON) for the container sandboxlite runs in: the runtime's default
+    refusals, except the namespace and mount calls a jail is built with.
+
+    docker run --security-opt seccomp=<(sandboxlite container-profile) --security-opt systempaths=unconfined ...
+    """
+    import json
+
+    from .isolation.container_profile import profile
+
+    click.echo(json.dumps(profile(runtime), indent=1))
+
+
+def isolation_option(f):
+    """``--isolation``: namespaces (the default) or landlock (no namespaces: SECURITY.md)."""
+    return click.option("--isolation", type=click.Choice(["auto", "namespaces", "landlock"]), default="auto",
+                        show_default=True, help="auto: $SANDBOXLITE_ISOLATION, else namespaces; landlock needs "
+                        "none (for locked-down containers; weaker, see SECURITY.md).")(f)  # fmt: skip
+
+
+class NetworkMode(click.ParamType):
+    """``none``, ``host`` or ``allow:RULE,...`` (checked here: an unknown preset is a usage error)."""
+
+    name = "none|host|allow:RULES"
+
+    def convert(self, value, param, ctx):
+        from .config import check_network
+
+        try:
+            check_network(value, f"--{param.name}" if param is not None else "network")
+        except ConfigError as e:
+            self.fail(e.message.split(": ", 1)[-1] + (f" ({e.hint})" if e.hint else ""), param, ctx)
+        return value
+
+
+NETWORK_HELP = ("none (only loopback), host (the host's network, its loopback services included) or "
+                "allow:RULE,... (only these hosts, through the egress proxy: names, *.domain, presets pypi and debian)")
+
+
+def _use_isolation(isolation: str) -> None:
+    """``run`` and ``eval`` start their sandboxes deep inside: the process's default says it."""
+    if isolation != "auto":
+        os.environ["SANDBOXLITE_ISOLATION"] = isolation
+
+
+@main.command(name="paper", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def paper(args) -> None:
+    """Run the paper's own CLI (llm-in-sandbox ARGS) with its runtime on sandboxlite.
+
+    Example: sandboxlite paper -- run --query 'What is 6*7?' --llm_name NAME --llm_base_url URL
+    (needs the [paper] extra: llm-in-sandbox 0.2.0)
+    """
+    from .compat import llm_in_sandbox as compat
+
+    try:
+        code = compat.main(list(args))
+    except SandboxError as e:
+        _fail(e)
+        return
+    sys.exit(code)
+
+
+@main.command(name="exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--rootfs", default="auto", show_default=True, help='"auto", "host", an image name or a directory.')
+@click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:ro|rw]", help="Show a host path inside (repeatable).")
+@click.option("--timeout", type=float, default=None, help="Seconds before the command is killed (exit code 124).")
+@click.option("--network", type=NetworkMode(), default="none", show_default=True, help=NETWORK_HELP)
+@click.option("--network-log", type=click.Path(dir_okay=False, allow_dash=True), default=None, metavar="FILE",
+              help="With allow:..., write the egress requests there (JSON lines; - prints them to stderr).")
+@click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Set an environment variable (repeatable).")
+@click.option("--workdir", default="/testbed", show_default=True)
+@click.option("--memory-mb", type=int, default=None, help="Memory limit in MiB.")
+@isolation_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(rootfs, mounts, timeout, network, network_log, envs, workdir, memory_mb, isolation, command) -> None:
+    """Run COMMAND in a fresh sandbox and pass its exit code through.
+
+    Example: sandboxlite exec -- python3 -c 'print(6*7)'
+    """
+    from .jail.sandbox import Sandbox
+
+    try:
+        env = {}
+        for item in envs:
+            if "=" not in item:
+                raise ConfigError("--env", f"expected KEY=VALUE, got {item!r}")
+            k, v = item.split("=", 1)
+            env[k] = v
+        limits = Limits(**({"memory_mb": memory_mb} if memory_mb else {}))
+        if timeout is not None:
+            limits = dataclasses.replace(limits, timeout_s=timeout)
+        config = SandboxConfig(
+            rootfs=rootfs,
+            mounts=tuple(Mount.parse(m) for m in mounts),
+            network=network,
+            env=env,
+            workdir=workdir,
+            limits=limits,
+            isolation=isolation,
+        )
+        stdin = None if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
+        with Sandbox(config) as sb:
+            result = sb.exec(list(command), stdin=stdin)
+        requests = sb.network_log()
+    except SandboxError as e:
+        _fail(e)
+        return
+    if network_log == "-":
+        for r in requests:
+            click.echo(f"sandboxlite: egress: {r.line()}", err=True)
+    elif network_log is not None:
+        with open(network_log, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r.as_dict()) + "\n" for r in requests)
+    sys.stdout.buffer.write(result.stdout)
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(result.stderr)
+    if result.truncated:
+        click.echo(f"sandboxlite: output truncated at {config.limits.output_bytes} bytes per stream", err=True)
+    if result.timed_out:
+        click.echo(f"sandboxlite: timed out after {result.duration_s:.1f}s", err=True)
+    sys.stderr.buffer.flush()
+    sys.exit(result.exit_code)
+
+
+RUN_LOCAL_MAX_TOKENS = 512  # `run` with an in-process model: a reply's default budget
+EXIT_NOT_SUBMITTED = 1  # the run ended without the model calling submit
+EXIT_MODEL = 3  # the model endpoint failed
+EXIT_SIGINT = 130  # 128 + SIGINT: Ctrl-C
+EXIT_SIGTERM = 143  # 128 + SIGTERM
+
+
+def _json_object(ctx, param, value):
+    """``--extra-body``: a JSON object or nothing."""
+    if value is None:
+        return None
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not valid JSON: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f'expected a JSON object such as \'{{"top_k": 20}}\', got {type(data).__name__}')
+    return data
+
+
+def _check_rootfs(spec: str, field: str) -> None:
+    """An image name or directory that does not exist is bad input: say which exist, and a command that works."""
+    from .images import images_dir, resolve
+    from .images.build import profile_names
+
+    if spec in ("auto", "host"):
+        return
+    if "/" in spec:
+        if not os.path.isdir(spec):
+            raise ConfigError(field, f"rootfs directory {os.path.abspath(spec)} does not exist",
+                              hint='give a folder holding a root filesystem, an image name, "auto" or "host"')  # fmt: skip
+        return
+    if (images_dir() / spec).exists():
+        resolve(spec)  # there but broken (incomplete, corrupt): its RootfsError says how to repair it
+        return
+    try:
+        built = sorted(d.name for d in images_dir().iterdir() if (d / "manifest.json").is_file())
+    except OSError:
+        built = []
+    profiles = profile_names()
+    have = f"built here: {', '.join(built)}" if built else "none is built here"
+    build = spec if spec in profiles else "lean"
+    raise ConfigError(field, f"no rootfs image named {spec!r} ({have}; the profiles to build: {', '.join(profiles)})",
+                      hint=f"sandboxlite rootfs build {build}   (or use \"auto\", \"host\", a folder, or import an "
+                      "image: sandboxlite rootfs import FILE)")  # fmt: skip
+
+
+def _prepare_output_dir(path: Path, overwrite: bool) -> None:
+    """A fresh or empty folder is used; a non-empty one is refused unless ``overwrite``, which empties
+    it first: what is in it only, never a symlink's target (a link in it is removed, not followed)."""
+    import shutil
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return  # run_task makes it
+    if stat.S_ISLNK(st.st_mode):
+        raise ConfigError("--output-dir", f"{path} is a symlink",
+                          hint=f"give the folder itself ({os.path.realpath(path)}) or another one")  # fmt: skip
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError("--output-dir", f"{path} exists and is not a folder", hint="choose another folder")
+    entries = list(os.scandir(path))
+    if not entries:
+        return
+    if not overwrite:
+        names = ", ".join(sorted(e.name for e in entries)[:5]) + (", ..." if len(entries) > 5 else "")
+        raise ConfigError("--output-dir", f"{path} is not empty ({names}): an earlier run's answer.txt and files/ "
+                          "would mix with this run's",
+                          hint="pass --overwrite to empty it first, or choose another folder")  # fmt: skip
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            shutil.rmtree(e.path)  # does not follow the symlinks inside (rmtree.avoids_symlink_attacks)
+        else:
+            os.unlink(e.path)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is: ``run_task``'s cleanup (trajectory, outputs) sees it as it
+    sees Ctrl-C (a KeyboardInterrupt, so nothing that handles Exception swallows it)."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
+@main.command()
+@click.argument("task_file", metavar="[TASK.json | -]", required=False,
+                type=click.Path(dir_okay=False, allow_dash=True))  # fmt: skip
+@click.option("--query", default=None, metavar="TEXT",
+              help='A one-off task instead of TASK.json: this query, id "query", the defaults of task.json.')  # fmt: skip
+@click.option("--model", "model_name", default=None,
+              help="local (the default: the embedded model), local:/path/model.gguf (any GGUF file), scripted (a "
+              "no-LLM dry run: looks around, writes an answer, submits), or NAME: a model on an OpenAI-compatible "
+              "endpoint (--base-url or $OPENAI_BASE_URL).")  # fmt: skip
+@click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL).")
+@click.option("--api-key", default=None, help="API key (default: $OPENAI_API_KEY).")
+@click.option("--temperature", type=click.FloatRange(min=0), default=None)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None,
+              help=f"Cap on the tokens of each model reply (default: {RUN_LOCAL_MAX_TOKENS} for local models, whose "
+              "small ones can ramble to the end of the context; the endpoint's own for servers).")  # fmt: skip
+@click.option("--token-budget", type=click.IntRange(min=1), default=None,
+              help="Cap on all tokens of the run (prompt + completion).")  # fmt: skip
+@click.option("--extra-body", default=None, metavar="JSON", callback=_json_object,
+              help="Extra request fields, a JSON object, e.g. '{\"top_k\": 20}'.")  # fmt: skip
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Override the task's max_steps.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Wall time of the whole run (overrides the task's timeout_s; default 1800).")  # fmt: skip
+@click.option("--input-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="A host folder copied to the task's input_path (replaces the task's input_files / input_dir).")  # fmt: skip
+@click.option("--network", type=NetworkMode(), default=None,
+              help="Override the task's network (default none): " + NETWORK_HELP + ".")  # fmt: skip
+@click.option("--rootfs", default=None,
+              help='Override the task\'s rootfs: "auto" (the default), "host", an image name or a directory.')  # fmt: skip
+@click.option("--constrained", type=click.Choice(["retry", "always", "never"]), default=None,
+              help="local models: grammar-constrained tool calls (default: retry a turn that did not parse).")
+@click.option("--profile", type=click.Choice(["auto", "small", "standard"]), default=None,
+              help="local models: the prompt profile: small (a short prompt, commands in ```bash blocks, the "
+              "answer as a plain reply), standard (tools as JSON calls), auto (small below 1B parameters: "
+              "the default).")  # fmt: skip
+@click.option("--tool-format", type=click.Choice(["native", "text", "auto"]), default=None,
+              help="Servers: tool calls through the API's tools parameter (native, the default), written as text "
+              "in the reply (text: servers without a tool-call parser), or native until the server refuses "
+              "tools, then text (auto).")
+@click.option("--context-tokens", type=click.IntRange(min=256), default=None,
+              help="Servers: the model's context size; tool outputs are clipped so the next request fits it.")
+@click.option("--output-dir", type=click.Path(file_okay=False), default=None,
+              help="Default: ./output/<timestamp>-<task id>/ (a folder that is not empty is refused).")  # fmt: skip
+@click.option("--overwrite", is_flag=True, help="Empty a non-empty --output-dir first (only that folder).")
+@click.option("--prompt", "prompt_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A prompt template file ([system] and [instance] sections).")  # fmt: skip
+@click.option("--mode", type=click.Choice(["sandbox", "vanilla"]), default="sandbox", show_default=True)
+@click.option("--quiet", is_flag=True, help="No step-by-step view.")
+@isolation_option
+def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens, token_budget, extra_body, max_steps,
+        timeout_s, input_dir, network, rootfs, constrained, profile, tool_format, context_tokens, output_dir, overwrite,
+        prompt_file, mode, quiet, isolation) -> None:  # fmt: skip
+    """Let a model solve TASK.json (or a --query; "-" reads the task from stdin) inside a fresh sandbox;
+    outputs land in --output-dir.
+
+    Exit codes: 0 submitted (vanilla: answered); 1 the run ended without a submit (a limit); 2 bad
+    input (arguments, task, model name, rootfs, output folder); 3 the model endpoint failed; 125
+    sandboxlite itself failed; 130 Ctrl-C; 143 SIGTERM (both keep the trajectory and the outputs).
+    """
+    from .agent.loop import AgentLimits
+    from .agent.outcome import ExitReason
+    from .agent.profiles import in_process_local, resolve_model
+    from .agent.run import default_output_dir, run_task
+    from .agent.task import Task
+
+    _use_isolation(isolation)
+    old_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+    out = None
+    try:
+        if (task_file is None) == (query is None):
+            raise click.UsageError("give a task file (TASK.json, or - for stdin) or --query TEXT" +
+                                   (", not both" if query is not None else ""))  # fmt: skip
+        task = Task.load(task_file) if task_file is not None else Task.one_off(query)
+        changes = {k: v for k, v in (("network", network), ("rootfs", rootfs), ("timeout_s", timeout_s),
+                                     ("prompt", prompt_file)) if v is not None}  # fmt: skip
+        if input_dir is not None:
+            changes.update(input_dir=os.path.abspath(input_dir), input_files={})
+        task = dataclasses.replace(task, **changes)
+        if mode == "sandbox":
+            _check_rootfs(task.rootfs, "--rootfs" if rootfs is not None else "rootfs (in the task)")
+        limits = AgentLimits(max_steps=max_steps if max_steps is not None else task.max_steps,
+                             max_wall_s=task.timeout_s, max_total_tokens=token_budget)  # fmt: skip
+        out = Path(output_dir) if output_dir is not None else default_output_dir(task)
+        _prepare_output_dir(out, overwrite)
+        name = model_name or task.model or "local"
+        if max_tokens is None and in_process_local(name, base_url):
+            max_tokens = RUN_LOCAL_MAX_TOKENS
+        model = resolve_model(name, base_url=base_url, api_key=api_key,
+                              temperature=temperature, max_tokens=max_tokens, extra_body=extra_body,
+                              constrained=constrained, tool_format=tool_format,
+                              context_tokens=context_tokens, profile=profile)  # fmt: skip
+        if hasattr(model, "preflight"):  # a bad URL, key or model name fails here, before the sandbox starts
+            model.preflight()
+        on_step = None if quiet else _print_step
+        result = run_task(task, model, output_dir=out, mode=mode, limits=limits, on_step=on_step)
+    except SandboxError as e:  # ModelError included: exit code 3
+        _fail(e)
+        return
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (_Terminated): what there is was kept
+        what, code = ("SIGTERM", EXIT_SIGTERM) if isinstance(e, _Terminated) else ("Ctrl-C", EXIT_SIGINT)
+        kept = f"; the trajectory and outputs so far are in {out}/" if out is not None and out.is_dir() else ""
+        click.echo(f"\nsandboxlite: interrupted ({what}){kept}", err=True)
+        sys.exit(code)
+    finally:
+        signal.signal(signal.SIGTERM, old_sigterm)
+    answer = (result.answer or "").strip()
+    click.echo(f"{result.exit_reason}: {result.steps} steps, {result.duration_s:.1f}s, "
+               f"{result.usage.get('total_tokens', 0)} tokens -> {result.output_dir}", err=True)  # fmt: skip
+    if answer:
+        click.echo(answer)
+    if not result.ok:
+        click.echo(f"sandboxlite: the run ended without an answer: {result.exit_reason}", err=True)
+        sys.exit(EXIT_MODEL if result.reason is ExitReason.MODEL_ERROR else EXIT_NOT_SUBMITTED)
+
+
+def _print_step(agent, step) -> None:
+    """A compact live view of the run on stderr."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(stderr=True, highlight=False)
+    timing = f"[dim]{step.model_s:.1f}s model, {step.tools_s:.1f}s tools[/dim]"
+    if step.error:
+        console.print(f"[bold]step {step.index}[/bold] [yellow]{escape(step.error[:120])}[/yellow] {timing}")
+    for obs in step.observations:
+        first = (obs["output"].strip().splitlines() or [""])[0][:100]
+        args = escape(str(obs["arguments"])[:80])
+        console.print(f"[bold]step {step.index}[/bold] [cyan]{obs['tool']}[/cyan] {args} -> {escape(first)} {timing}")
+
+
+EXIT_INCOMPLETE = 4  # eval finished, but some tasks errored or some domain had no data
+
+# the paper's task names (llm-in-sandbox --task) -> ours
+PAPER_TASKS = {"instruct_follow": ["instruct"], "instruct_pretrain": ["dream", "qed"]}
+
+
+def _domain_names(spec: str) -> list[str]:
+    names: list[str] = []
+    for n in (x.strip() for x in spec.split(",")):
+        for m in PAPER_TASKS.get(n, [n] if n else []):
+            if m not in names:
+                names.append(m)
+    return names
+
+
+@main.command(name="eval")
+@click.option("--model", "model_name", default="local", show_default=True, envvar="LLM_NAME",
+              help="local, scripted (a no-LLM dry run), or a model on an OpenAI-compatible endpoint "
+              "(default: $LLM_NAME, else local).")  # fmt: skip
+@click.option("--base-url", default=None, envvar="LLM_BASE_URL",
+              help="OpenAI-compatible endpoint (default: $LLM_BASE_URL, else $OPENAI_BASE_URL).")  # fmt: skip
+@click.option("--api-key", default=None, envvar="LLM_API_KEY",
+              help="API key (default: $LLM_API_KEY, else $OPENAI_API_KEY).")  # fmt: skip
+@click.option("--temperature", type=click.FloatRange(min=0), default=None, envvar="LLM_TEMPERATURE",
+              help="Sent in both modes (default: $LLM_TEMPERATURE, else the backend's own).")  # fmt: skip
+@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=None, help="Sent in both modes.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None,
+              help="Cap on the tokens of each model reply, both modes (default: what the context allows).")  # fmt: skip
+@click.option("--sampling-seed", type=int, default=None, help="The sampling seed sent with every request.")
+@click.option("--tool-format", type=click.Choice(["native", "text", "auto"]), default=None,
+              help="Tool calls through the API's tools parameter (native, the default), as text in the reply "
+              "(text), or native until the server refuses tools (auto).")
+@click.option("--context-tokens", type=click.IntRange(min=256), default=None,
+              help="The model's context size; tool outputs are clipped so the next request fits it.")
+@click.option("--extra-body", default=None, metavar="JSON", help="Extra request fields, e.g. '{\"top_k\": 20}'.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="The eval-data folder (default: $SANDBOXLITE_EVAL_DATA, else the cache that "
+              "`sandboxlite data pull` fills).")  # fmt: skip
+@click.option("--domains", "--task", "domains", default=None, metavar="A,B",
+              help="math, physics, chem, biomed, long_context, instruct (the default: all six); also dream, qed; "
+              "the paper's names instruct_follow and instruct_pretrain too.")  # fmt: skip
+@click.option("--tasks", "task_files", multiple=True, type=click.Path(dir_okay=False, exists=True),
+              help="A JSONL file of your own tasks (repeatable; see sandboxlite.eval.custom).")  # fmt: skip
+@click.option("--domain-module", "domain_modules", multiple=True, metavar="MODULE:NAME",
+              help="Register the Domain(s) a Python module defines (repeatable).")  # fmt: skip
+@click.option("--mode", type=click.Choice(["sandbox", "vanilla", "both", "llm"]), default="sandbox", show_default=True,
+              help="llm is vanilla (the paper's name): one chat call, no sandbox.")  # fmt: skip
+@click.option("--scoring", type=click.Choice(["strict", "paper"]), default="strict", show_default=True,
+              help="strict: sandboxlite's scorers; paper: the paper's own reward rules.")  # fmt: skip
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N items per domain (seeded, stratified).")
+@click.option("--ids", default=None, metavar="ID,ID", help="Only these items (as in results.jsonl).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per item (the paper repeats AIME 16x).")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="The sample's and the bootstrap's seed.")
+@click.option("--workers", type=click.IntRange(min=1), default=8, show_default=True, envvar="LLM_NUM_WORKERS",
+              help="Tasks in parallel, and pooled sandboxes (default: $LLM_NUM_WORKERS, else 8).")  # fmt: skip
+@click.option("--max-steps", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=1800.0, show_default=True,
+              help="Seconds per task.")  # fmt: skip
+@click.option("--token-budget", type=click.IntRange(min=1), default=None, help="Cap on all tokens of one task.")
+@click.option("--rootfs", default="auto", show_default=True)
+@click.option("--network", type=NetworkMode(), default="none", show_default=True,
+              help="Every sandbox's network: " + NETWORK_HELP + ".")  # fmt: skip
+@click.option("--prompt", "prompt_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A prompt template file ([system] and [instance] sections), for both modes.")  # fmt: skip
+@click.option("--judge", "judge_name", default=None, help="An LLM judge (physics, long_context), on --judge-base-url.")
+@click.option("--judge-base-url", default=None, help="The judge's endpoint (default: --base-url).")
+@click.option("--output-dir", type=click.Path(file_okay=False), default=None,
+              help="Default: ./eval-output/<model>-<settings fingerprint>/ (the same command resumes there).")  # fmt: skip
+@click.option("--retry-errors/--no-retry-errors", default=True, show_default=True,
+              help="On resume, run again the tasks that ended in an error.")  # fmt: skip
+@click.option("--resume-anyway", is_flag=True, help="Resume in --output-dir although its settings differ.")
+@click.option("--no-progress", is_flag=True, help="No progress display.")
+@isolation_option
+def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, sampling_seed, tool_format, context_tokens,
+          extra_body, data_dir, domains,
+          task_files, domain_modules, mode, scoring, limit, ids, repeats, seed, workers, max_steps, timeout_s,
+          token_budget, rootfs, network, prompt_file, judge_name, judge_base_url, output_dir, retry_errors, resume_anyway,
+          no_progress, isolation) -> None:  # fmt: skip
+    """Score a model on the paper's domains (or yours), in the sandbox and/or answering directly.
+
+    Exit codes: 0 every task ran; 2 bad arguments; 3 the model endpoint failed (the preflight
+    request, before any task); 4 some tasks errored or some domain had no data (run the same
+    command again to retry them); 130 interrupted (finished tasks are kept).
+    """
+
+    from .agent.profiles import resolve_model
+    from .eval import EvalConfig, load_domain_module, load_tasks_file, run_eval
+    from .eval import domains as known_domains
+    from .eval.data import default_data_dir
+
+    _use_isolation(isolation)
+    try:
+        custom = [d for f in task_files for d in load_tasks_file(f)]
+        for spec in domain_modules:
+            load_domain_module(spec)
+        if domains:
+            names = _domain_names(domains)
+        elif custom or domain_modules:
+            names = []
+        else:
+            from .eval.domains import PAPER_DOMAINS
+
+            names = list(PAPER_DOMAINS)
+        known = known_domains()
+        for n in names:
+            if n not in known:
+                raise ConfigError("--domains", f"unknown domain {n!r} (known: {', '.join(known)})")
+        chosen = [known[n] for n in names] + custom
+        if not chosen:
+            raise ConfigError("--domains", "no domain selected")
+        data = Path(data_dir) if data_dir else default_data_dir(os.environ)
+        try:
+            extra = json.loads(extra_body) if extra_body else None
+        except json.JSONDecodeError as e:
+            raise ConfigError("--extra-body", f"not valid JSON: {e.msg}") from None
+        if extra is not None and not isinstance(extra, dict):
+            raise ConfigError("--extra-body", f"expected a JSON object, got {type(extra).__name__}")
+        model = resolve_model(model_name, base_url=base_url, api_key=api_key, temperature=temperature, top_p=top_p,
+                              max_tokens=max_tokens, seed=sampling_seed, extra_body=extra, tool_format=tool_format,
+                              context_tokens=context_tokens)  # fmt: skip
+        judge = None
+        if judge_name:
+            from .eval.scoring.judge import LLMJudge
+
+            judge = LLMJudge(resolve_model(judge_name, base_url=judge_base_url or base_url, api_key=api_key,
+                                           temperature=0.0))  # fmt: skip
+        cfg = EvalConfig(domains=chosen, data_dir=data, out_dir=Path(output_dir) if output_dir else None,
+                         modes=["sandbox", "vanilla"] if mode == "both" else ["vanilla" if mode == "llm" else mode],
+                         limit=limit, ids=[i.strip() for i in ids.split(",")] if ids else None, repeats=repeats,
+                         seed=seed, workers=workers, max_steps=max_steps, timeout_s=timeout_s,
+                         token_budget=token_budget, rootfs=rootfs, network=network, prompt=prompt_file, scoring=scoring,
+                         retry_errors=retry_errors, resume_anyway=resume_anyway)  # fmt: skip
+        progress = None if no_progress or not sys.stderr.isatty() else _eval_progress()
+        try:
+            result = run_eval(cfg, model, judge=judge, model_name=model_name, progress=progress)
+        except KeyboardInterrupt:
+            where = cfg.out_dir or "the output folder"
+            click.echo(f"\nsandboxlite: interrupted; finished tasks are kept in {where}/results.jsonl. "
+                       "Run the same command again to resume.", err=True)  # fmt: skip
+            sys.exit(130)
+    except SandboxError as e:  # ModelError included: exit code 3
+        _fail(e)
+        return
+    out = result.out_dir
+    click.echo((out / "summary.md").read_text())
+    click.echo(f"{result.ran} tasks run, {result.skipped} already done; results in {out}/", err=True)
+    for name, why in result.skipped_domains.items():
+        click.echo(f"sandboxlite: warning: domain {name} skipped, no data: {why.splitlines()[0]}\n"
+                   f"  Hint: sandboxlite data pull {name}" + (f" --dir {data_dir}" if data_dir else ""), err=True)  # fmt: skip
+    if result.errors:
+        click.echo(f"sandboxlite: {result.errors} task(s) ended in an error (scored 0); the first:", err=True)
+        for key, error in result.first_errors:
+            click.echo(f"  {key}: {error.splitlines()[0][:300]}", err=True)
+        click.echo("  Hint: fix the cause, then run the same command again: errored tasks are retried "
+                   "(--no-retry-errors keeps them)", err=True)  # fmt: skip
+    if not result.complete:
+        sys.exit(EXIT_INCOMPLETE)
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "ETA -"
+    seconds = int(seconds)
+    return f"ETA {seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"ETA {seconds // 60}m{seconds % 60:02d}s"  # fmt: skip
+
+
+def _eval_progress():
+    """A one-line progress display on stderr: done/total, errors, mean score so far, ETA."""
+
+    def show(done: int, total: int, counts: dict) -> None:
+        mean = counts["score_sum"] / max(1, counts["ran"])
+        bar = "#" * int(30 * done / max(1, total))
+        sys.stderr.write(f"\r[{bar:<30}] {done}/{total} tasks, {counts['errors']} errors, mean {100 * mean:.1f}%, "
+                         f"{_eta(counts.get('eta_s'))}  ")  # fmt: skip
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+@main.command()
+def models() -> None:
+    """The local models available: the embedded default and $SANDBOXLITE_LOCAL_MODEL."""
+    from .agent.local import embedded_model, resolve_local
+
+    rows = []
+    try:
+        rows.append(("local", embedded_model()))
+    except SandboxError as e:
+        click.echo(f"local        not installed: {e.message}\n             Hint: {e.hint}")
+    if os.environ.get("SANDBOXLITE_LOCAL_MODEL"):
+        try:
+            rows.append(("$SANDBOXLITE_LOCAL_MODEL", resolve_local("local")))
+        except SandboxError as e:
+            click.echo(f"$SANDBOXLITE_LOCAL_MODEL: {e.message}")
+    for name, f in rows:
+        check = {True: "sha256 ok", False: "sha256 MISMATCH", None: "not pinned"}[f.sha256_ok]
+        click.echo(f"{name:12} {f.path}  {f.size / (1 << 20):.0f} MiB  {f.origin}  {f.licence}  {check}")
+    click.echo("any GGUF file: --model local:/path/model.gguf; any OpenAI-compatible server: --model NAME --base-url URL")
+
+
+@main.command()
+@click.option("--quick", is_flag=True, help="A few rounds of everything, for CI (seconds).")
+@click.option("--rounds", type=int, default=None, help="Interleaved rounds per latency metric [default: 200; quick 5].")
+@click.option("--warmup", type=int, default=None, help="Untimed rounds first (they also probe) [default: 3].")
+@click.option("--exec-per-round", type=int, default=None, help="exec_true samples per round [default: 5].")
+@click.option("--rootfs", default="auto", show_default=True, help="Rootfs of every sandbox and baseline.")
+@click.option("--cgroups", type=click.Choice(["auto", "off", "required"]), default="auto", show_default=True)
+@click.option("--baselines", default="all", show_default=True, metavar="A,B",
+              help="raw_bwrap,unshare,posix_spawn,subprocess_run,host,docker,podman,runc; or all, local, "
+                   "containers, none.")  # fmt: skip
+@click.option("--only", default=None, metavar="METRIC,...",
+              help="Metrics or groups: cold, core, files, scale, latency, throughput, density, agent, profile, "
+                   "cold_true, exec_true, warm_true, reset, close, ... [default: all].")  # fmt: skip
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Results file [default: bench/results/bench-<time>.json in a checkout, else ./].")  # fmt: skip
+@click.option("--chart", "chart_path", type=click.Path(dir_okay=False), default=None,
+              help="Chart PNG [default: the JSON path with .png]; needs matplotlib.")  # fmt: skip
+@click.option("--no-chart", is_flag=True, help="Do not draw the chart.")
+@click.option("--concurrency", default=None, metavar="1,2,8,64", help="Throughput concurrencies.")
+@click.option("--density", "density_counts", default=None, metavar="10,100,1000", help="Density sizes.")
+@click.option("--density-baseline-max", type=int, default=100, show_default=True,
+              help="docker/podman/runc density only up to this many containers.")  # fmt: skip
+def bench(quick, rounds, warmup, exec_per_round, rootfs, cgroups, baselines, only, json_path, chart_path, no_chart,
+          concurrency, density_counts, density_baseline_max) -> None:  # fmt: skip
+    """Benchmark sandboxlite against posix_spawn, unshare, raw bwrap, Docker, podman and runc.
+
+    Prints a table, writes JSON and a chart. Docker: sudo bench/setup_docker.sh first.
+    """
+    from .bench.runner import BenchOptions, run_bench
+
+    def ints(opt: str, text: str | None) -> list[int] | None:
+        try:
+            return [int(x) for x in text.split(",") if x.strip()] if text else None
+        except ValueError:
+            raise click.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=opt) from None
+
+    opts = BenchOptions(quick=quick, rounds=rounds, warmup=warmup, exec_per_round=exec_per_round, rootfs=rootfs,
+                        cgroups=cgroups, baselines=baselines, only=only, json_path=json_path, chart=not no_chart,
+                        chart_path=chart_path, concurrency=ints("--concurrency", concurrency),
+                        density=ints("--density", density_counts), density_baseline_max=density_baseline_max,
+                        command=" ".join([os.path.basename(sys.argv[0]) if sys.argv[0].endswith("sandboxlite")
+                                          else sys.argv[0], *sys.argv[1:]]))  # fmt: skip
+    try:
+        code = run_bench(opts)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    except SandboxError as e:
+        _fail(e)
+        return
+    sys.exit(code)
+
+
+@main.group()
+def rootfs() -> None:
+    """Build and manage root filesystem images (profiles: lean, science, full)."""
+
+
+@rootfs.command("build")
+@click.argument("profile")
+@click.option("--force", is_flag=True, help="Replace an existing image of that name.")
+@click.option("--mirror", default=None, help="Debian mirror (default http://deb.debian.org/debian).")
+@_errors_to_exit_codes
+def rootfs_build(profile, force, mirror) -> None:
+    """Build the image for PROFILE with mmdebstrap (progress on stderr)."""
+    from .images import build
+
+    click.echo(str(build.build(profile, force=force, **({"mirror": mirror} if mirror else {}))))
+
+
+@rootfs.command("list")
+def rootfs_list() -> None:
+    """The images on this machine."""
+    from .images import manage
+
+    images = manage.list_images()
+    if not images:
+        click.echo("no images (build one: sandboxlite rootfs build lean)")
+    for img in images:
+        m = img.manifest
+        if "error" in m:
+            click.echo(f"{img.name:12} BROKEN: {m['error']}")
+            continue
+        size = m.get("size_bytes", 0) / (1 << 20)
+        click.echo(f"{img.name:12} {m.get('profile') or '-':10} {size:8.0f} MiB  {len(m.get('packages', {})):4} pkgs  "
+                   f"built {m.get('built_at', '?')}  {m.get('digest', '')[:19]}")  # fmt: skip
+
+
+@rootfs.command("verify")
+@click.argument("name")
+@click.option("--current", is_flag=True, help="Also fail (exit 1) when NAME was built from another recipe than "
+              "its profile's now (setup uses this to rebuild images after an upgrade).")
+@_errors_to_exit_codes
+def rootfs_verify(name, current) -> None:
+    """Recompute NAME's digest; list the files that changed."""
+    from .images import manage
+
+    v = manage.verify(name)
+    if v.ok and current:
+        stale = manage.stale_recipe(name)
+        if stale:
+            click.echo(f"{name}: ok ({v.actual}), but {stale}")
+            click.echo(f"Hint: rebuild it: sandboxlite rootfs build {name} --force", err=True)
+            sys.exit(1)
+    if v.ok:
+        click.echo(f"{name}: ok ({v.actual})")
+        return
+    click.echo(f"{name}: MODIFIED (digest {v.actual}, expected {v.expected})")
+    for label, paths in (("changed", v.changed), ("added", v.added), ("removed", v.removed)):
+        for p in paths[:50]:
+            click.echo(f"  {label}: /{p}")
+        if len(paths) > 50:
+            click.echo(f"  ... and {len(paths) - 50} more {label}")
+    click.echo(f"Hint: rebuild it: sandboxlite rootfs build {name} --force", err=True)
+    sys.exit(1)
+
+
+@rootfs.command("export")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False))
+@_errors_to_exit_codes
+def rootfs_export(name, file) -> None:
+    """Write NAME to FILE (.tar.zst) for other machines."""
+    from .images import manage
+
+    click.echo(str(manage.export(name, file)))
+
+
+@rootfs.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--name", default=None, help="Install under this name (default: the exported name).")
+@click.option("--force", is_flag=True, help="Replace an existing image of that name.")
+@_errors_to_exit_codes
+def rootfs_import(file, name, force) -> None:
+    """Install an exported image after checking its digest."""
+    from .images import manage
+
+    info = manage.import_(file, name, force=force)
+    click.echo(f"{info.name}: imported, digest {info.manifest['digest']}")
+
+
+@rootfs.command("chown")
+@click.argument("name")
+@_errors_to_exit_codes
+def rootfs_chown(name) -> None:
+    """Give NAME to the uid sandboxes run as (root only; a copy-on-write root needs it)."""
+    from .images import manage
+
+    manage.give(name)
+
+
+@rootfs.command("rm")
+@click.argument("name")
+@_errors_to_exit_codes
+def rootfs_rm(name) -> None:
+    """Delete image NAME."""
+    from .images import manage
+
+    manage.remove(name)
+
+
+@main.group()
+def snapshot() -> None:
+    """Keep, list and move sandbox snapshots (Sandbox.snapshot(); where: SANDBOXLITE_SNAPSHOTS)."""
+
+
+def _store():
+    from .jail.host import default_host
+
+    return default_host().snapshot_store()
+
+
+@snapshot.command("list")
+@_errors_to_exit_codes
+def snapshot_list() -> None:
+    """The snapshots kept here, oldest first: name, parent, layers, size, entries, created, in use,
+    fork's (removed with the last sandbox of it)."""
+    import datetime
+
+    store = _store()
+    snaps = store.list()
+    click.echo(f"{len(snaps)} snapshot(s) in {store.root}")
+    for s in snaps:
+        when = datetime.datetime.fromtimestamp(s.created).strftime("%Y-%m-%d %H:%M:%S")
+        used = " ".join(x for x in ("in use" if store.in_use(s.name) else "", "fork's" if s.transient else "") if x)
+        click.echo(f"{s.name[:12]}  parent {s.parent[:12] if s.parent else '-':12}  layers {s.depth:2}  "
+                   f"{s.size / (1 << 20):9.1f} MiB  {s.files:7} entries  {when}  {s.rootfs or '-'}  {used}".rstrip())  # fmt: skip
+
+
+@snapshot.command("prune")
+@_errors_to_exit_codes
+def snapshot_prune() -> None:
+    """Remove the snapshots fork() took for its children that no live sandbox uses (left by a
+    process that ended without closing them)."""
+    removed = _store().prune()
+    click.echo(f"removed {len(removed)} snapshot(s)" + "".join(f"\n  {n[:12]}" for n in removed))
+
+
+@snapshot.command("rm")
+@click.argument("names", nargs=-1, required=True)
+@_errors_to_exit_codes
+def snapshot_rm(names) -> None:
+    """Remove snapshots (refused while a live sandbox uses one, or one was taken on top of it)."""
+    store = _store()
+    for name in names:
+        snap = store.meta(name)
+        store.remove(snap.name)
+        click.echo(f"removed {snap}")
+
+
+@snapshot.command("flatten")
+@click.argument("name")
+@_errors_to_exit_codes
+def snapshot_flatten(name) -> None:
+    """Keep NAME's whole stack as one layer (a new snapshot without a parent); print its name."""
+    click.echo(_store().meta(name).flatten().name)
+
+
+@snapshot.command("export")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False))
+@_errors_to_exit_codes
+def snapshot_export(name, file) -> None:
+    """Write NAME and the layers below it to FILE (.tar.zst, with a manifest) for other machines."""
+    from .state import archive as snapshot_io
+
+    click.echo(str(snapshot_io.export(_store().meta(name), file)))
+
+
+@snapshot.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@_errors_to_exit_codes
+def snapshot_import(file) -> None:
+    """Check FILE's snapshot (each layer against its name; no device, setuid bit or link out) and keep it."""
+    from .state import archive as snapshot_io
+
+    snap = snapshot_io.import_(_store(), file)
+    click.echo(f"{snap.name}: imported ({snap.depth} layer(s), {snap.size} bytes)")
+
+
+@main.group()
+def data() -> None:
+    """Eval data: pull each domain's files from the Hugging Face hub, list what is here."""
+
+
+def _data_dir_option(f):
+    return click.option("--dir", "data_dir", type=click.Path(file_okay=False), default=None,
+                        help="The data directory (default: $SANDBOXLITE_EVAL_DATA, else ~/.cache/sandboxlite/eval-data; "
+                        "eval reads the same one).")(f)  # fmt: skip
+
+
+@data.command("pull")
+@click.argument("domains", nargs=-1)
+@_data_dir_option
+@click.option("--accept-changed", is_flag=True, help="Install files whose checksum differs from the pinned one.")
+@click.option("--force", is_flag=True, help="Fetch again although the files are present and verified.")
+@_errors_to_exit_codes
+def data_pull(domains, data_dir, accept_changed, force) -> None:
+    """Download DOMAINS (default: every one with a hub source) through huggingface_hub (HF_ENDPOINT and
+    HF_TOKEN honoured), verify each file's SHA-256, install them. Exit 1 when a domain failed."""
+    from .eval.data import default_data_dir, pull
+
+    target = Path(data_dir) if data_dir else default_data_dir(os.environ)
+    click.echo(f"data directory: {target}", err=True)
+    results = pull(_domain_names(",".join(domains)) if domains else [], target, environ=os.environ,
+                   accept_changed=accept_changed, force=force, progress=lambda m: click.echo(f"  {m}", err=True))  # fmt: skip
+    for r in results:
+        click.echo(f"{r.domain:13} {'ok ' if r.ok else 'FAILED'} {r.message}")
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@data.command("list")
+@_data_dir_option
+@_errors_to_exit_codes
+def data_list(data_dir) -> None:
+    """What each domain has in the data directory: files verified against the pins, items eval reads."""
+    from .eval.data import default_data_dir, status
+
+    target = Path(data_dir) if data_dir else default_data_dir(os.environ)
+    click.echo(f"data directory: {target}")
+    for st in status(target):
+        files = f"{st.verified}/{st.files} verified" if st.files else "no pins"
+        items = f"{st.items} items" if st.items is not None else "missing"
+        click.echo(f"{st.domain:13} {items:12} {files:14} {st.source}")
+        if st.problem:
+            click.echo(f"{'':13} {st.problem}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
