@@ -338,8 +338,8 @@ def test_ctrl_c_during_exec_stops_the_command_and_keeps_the_sandbox():
 
 
 # The executor (PID 1) keeps a confined zygote that clones each command's supervisor ahead of
-# time (see executor.c).  Commands run as the same uid as those helpers: whatever they do to
-# them, later commands must still start, confined, without a long stall.
+# time (see sandboxlite/executor/spawn.c).  Commands run as the same uid as those helpers:
+# whatever they do to them, later commands must still start, confined, without a long stall.
 # PID 1's forks (same name) other than PID 1 and this command's own supervisor ($PPID): "pid ppid"
 HELPERS = ("c=$(cut -d' ' -f2 /proc/1/stat); for p in /proc/[0-9]*; do n=${p#/proc/}; "
            "[ \"$n\" = 1 ] || [ \"$n\" = $PPID ] && continue; set -- $(cat $p/stat 2>/dev/null); "

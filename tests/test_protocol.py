@@ -1,6 +1,6 @@
-"""The wire protocol has one definition, protocol.py; executor.c mirrors it and this checks the copy.
+"""The wire protocol has one definition, protocol.py; executor.h mirrors it and this checks the copy.
 
-The drift tests parse executor.c's protocol block (#define and enum lines, the option table) and
+The drift tests parse executor.h's protocol block (#define and enum lines, the option table) and
 compare every character, number and limit with protocol.py, in both directions.  The rest checks
 the request builders (byte for byte what the call sites sent before them) and frame parsing.
 """
@@ -15,6 +15,7 @@ from importlib import resources
 
 import pytest
 
+from sandboxlite import executor
 from sandboxlite.errors import SandboxCrashed
 from sandboxlite.executor import protocol
 from sandboxlite.executor.protocol import (
@@ -35,13 +36,22 @@ from sandboxlite.executor.protocol import (
     symlink_payload,
 )
 
-SOURCE = resources.files("sandboxlite.executor").joinpath("executor.c").read_text()
+# the executor's source, every file the build compiles (executor.h and its .c files) one after another
+FILES = {name: resources.files("sandboxlite.executor").joinpath(name).read_text() for name in executor.SOURCE}
+SOURCE = "".join(FILES.values())
 BEGIN, END = "---- the protocol", "---- end of the protocol"
 
 
 def _block() -> str:
-    assert SOURCE.count(BEGIN) == 1 and SOURCE.count(END) == 1, "executor.c must have one protocol block"
-    return SOURCE[SOURCE.index(BEGIN) : SOURCE.index(END)]
+    assert SOURCE.count(BEGIN) == 1 and SOURCE.count(END) == 1, "the executor must have one protocol block"
+    header = FILES["executor.h"]
+    assert header.count(BEGIN) == 1 and header.count(END) == 1, "the protocol block is in executor.h"
+    return header[header.index(BEGIN) : header.index(END)]
+
+
+def test_the_build_compiles_every_file_of_the_executor():
+    here = {p.name for p in resources.files("sandboxlite.executor").iterdir() if p.name.endswith((".c", ".h"))}
+    assert set(executor.SOURCE) == here - {executor.LAUNCHER} and len(executor.SOURCE) == len(set(executor.SOURCE))
 
 
 def _c_value(expr: str):
@@ -85,7 +95,7 @@ def python_value(c_name: str):
     if c_name.startswith("EXIT_"):
         return int(ExecutorExit[c_name[5:]])
     py = "HELLO" if c_name == "HELLO_TEXT" else c_name
-    assert py in SCALARS, f"executor.c defines {c_name}, which protocol.py does not mirror"
+    assert py in SCALARS, f"executor.h defines {c_name}, which protocol.py does not mirror"
     value = getattr(protocol, py)
     return value.decode() if isinstance(value, bytes) else value
 
@@ -93,7 +103,7 @@ def python_value(c_name: str):
 def test_every_define_in_the_block_matches_protocol_py():
     defines = c_defines()
     for name, value in defines.items():
-        assert value == python_value(name), f"executor.c {name} = {value!r}, protocol.py has {python_value(name)!r}"
+        assert value == python_value(name), f"executor.h {name} = {value!r}, protocol.py has {python_value(name)!r}"
     # and the other way: nothing of protocol.py is missing from the C block
     expected = {("HELLO_TEXT" if s == "HELLO" else s) for s in SCALARS} | {f"EXIT_{e.name}" for e in ExecutorExit}
     assert set(defines) == expected

@@ -1,4 +1,4 @@
-"""fork(n, share=True) (share.py, executor.c "sharing"): real sandboxes, real bwrap.
+"""fork(n, share=True) (share.py, the executor's sharing.c): real sandboxes, real bwrap.
 
 The forked sandbox's writes become the children's read-only bottom layer without a copy: the
 children are isolated from each other and from it, the forked sandbox starts over on the same

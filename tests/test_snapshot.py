@@ -1,4 +1,4 @@
-"""Snapshots and fork (snapshot.py, executor.c "snapshots"): real sandboxes, real bwrap.
+"""Snapshots and fork (snapshot.py, the executor's snapshots.c): real sandboxes, real bwrap.
 
 A snapshot is the sandbox's writes (the copy-on-write layer over the image, /testbed, /tmp) kept
 as a read-only layer that other sandboxes start from without a copy."""

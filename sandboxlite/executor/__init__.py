@@ -22,13 +22,18 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
 from .. import paths
 from ..errors import SetupError
 
-SOURCE = "executor.c"
+# The executor's files: its header and every .c file here but the launcher's (a program of its own).
+# executor.h says which file holds what; tests/test_protocol.py checks that none is missing here.
+SOURCE = ("executor.h", "main.c", "wire.c", "util.c", "spawn.c", "generations.c", "requests.c", "sharing.c",
+          "snapshots.c", "landlock.c", "launch.c", "netns.c")
+LAUNCHER = "launcher_x86_64.c"
 
 
 def _compiler() -> str | None:
@@ -59,36 +64,49 @@ def _kernel_headers(tmp: str, asm_parent: Path) -> str:
     return str(inc)
 
 
-def _build(source: str, name: str, flag_sets: list[list[str]]) -> Path:
-    """Compile ``source`` once per content hash into ``$SANDBOXLITE_HOME/bin/NAME-HASH``.
+def _digest(files: dict[str, bytes], candidates: list[list[str]]) -> str:
+    """What a build is cached by: every file's name and contents, and the flag sets tried."""
+    h = hashlib.sha256()
+    for name, data in files.items():
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    h.update(repr(candidates).encode())
+    return h.hexdigest()[:16]
+
+
+def _build(source: str | Sequence[str], name: str, flag_sets: list[list[str]]) -> Path:
+    """Compile ``source`` (a file of this package, or several: headers and .c files compiled
+    together into one program) once per content hash into ``$SANDBOXLITE_HOME/bin/NAME-HASH``.
 
     A flag set may start with ``"musl"``: then musl-gcc compiles it (skipped when
     absent), with the kernel headers at ``{kinc}``."""
-    src = resources.files("sandboxlite.executor").joinpath(source).read_bytes()
+    names = (source,) if isinstance(source, str) else tuple(source)
+    package = resources.files("sandboxlite.executor")
+    files = {n: package.joinpath(n).read_bytes() for n in names}
     musl = _musl()
     candidates = [f for f in flag_sets if f[:1] != ["musl"] or musl is not None]
-    digest = hashlib.sha256(src + repr(candidates).encode()).hexdigest()[:16]
-    target = paths.ensure_dir(paths.home() / "bin") / f"{name}-{digest}"
+    target = paths.ensure_dir(paths.home() / "bin") / f"{name}-{_digest(files, candidates)}"
     if target.is_file() and os.access(target, os.X_OK):
         return target
     cc = _compiler()
     if cc is None:
         raise SetupError(
-            "no C compiler found to build the sandbox executor (a small C file, built once)",
+            "no C compiler found to build the sandbox executor (a few small C files, built once)",
             hint="apt-get install gcc libc6-dev   (or set CC)",
         )
     try:
         with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
-            c_file = Path(tmp) / source
-            c_file.write_bytes(src)
+            for n, data in files.items():  # side by side: a .c file finds its header next to it
+                (Path(tmp) / n).write_bytes(data)
+            c_files = [str(Path(tmp) / n) for n in names if n.endswith(".c")]
             out = Path(tmp) / name
             errors = []
             for flags in candidates:
                 if flags[:1] == ["musl"]:
                     kinc = _kernel_headers(tmp, musl[1])
-                    cmd = [musl[0], *(f.replace("{kinc}", kinc) for f in flags[1:]), "-o", str(out), str(c_file)]
+                    cmd = [musl[0], *(f.replace("{kinc}", kinc) for f in flags[1:]), "-o", str(out), *c_files]
                 else:
-                    cmd = [cc, *flags, "-o", str(out), str(c_file)]
+                    cmd = [cc, *flags, "-o", str(out), *c_files]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode == 0:
                     break
@@ -97,7 +115,7 @@ def _build(source: str, name: str, flag_sets: list[list[str]]) -> Path:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             else:
                 raise SetupError(
-                    f"could not compile {source}:\n" + "\n".join(errors),
+                    f"could not compile {', '.join(names)}:\n" + "\n".join(errors),
                     hint="apt-get install gcc libc6-dev",
                 )
             os.chmod(out, 0o755)
@@ -132,7 +150,7 @@ def launcher() -> tuple[Path, list[str]]:
         flags = ["-O2", "-static", "-nostdlib", "-ffreestanding", "-fno-stack-protector", "-fno-builtin",
                  "-fno-pie", "-no-pie"]
         try:
-            path = _build("launcher_x86_64.c", "sandboxlite-launcher", [flags])
+            path = _build(LAUNCHER, "sandboxlite-launcher", [flags])
             return path, ["sandboxlite-launcher"]
         except SetupError:
             pass

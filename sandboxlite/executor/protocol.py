@@ -1,6 +1,6 @@
 """The host side of the executor's wire protocol, and the one definition of it.
 
-``_executor/executor.c`` mirrors every constant here in one block;
+``executor.h`` (next to this file) mirrors every constant here in one block;
 ``tests/test_protocol.py`` parses that block and fails when the two drift.
 
 Frames in both directions: ``u32 length | u8 type | u32 id | payload``, where
@@ -186,7 +186,7 @@ EXECUTOR_OPTIONS: dict[str, ExecutorOption] = {
         ExecutorOption("snaps", OptKind.PATH),  # where the snapshot store is bound (read-only): layers by name
         ExecutorOption("layer", OptKind.NAME, MAX_LAYERS),  # the first generation's snapshot layers, top first
         ExecutorOption("defer", OptKind.FLAG),  # no generation until the first RESET (a fork's child: share.py)
-        ExecutorOption("landlock", OptKind.FLAG),  # no namespaces: a Landlock domain (executor.c, "Landlock mode")
+        ExecutorOption("landlock", OptKind.FLAG),  # no namespaces: a Landlock domain (landlock.c)
         ExecutorOption("ro", OptKind.PATH, MAX_RULES),  # Landlock: read and execute beneath (skipped when missing)
         ExecutorOption("rw", OptKind.PATH, MAX_RULES),  # Landlock: read, write and execute beneath
         ExecutorOption("own", OptKind.PATH, MAX_OWN),  # Landlock: the sandbox's own directory, emptied every generation

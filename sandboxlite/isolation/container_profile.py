@@ -33,7 +33,7 @@ RUNTIME_DENIED: tuple[str, ...] = (
     "syslog", "umount", "umount2", "unshare", "uselib", "userfaultfd", "ustat", "vm86", "vm86old",
 )  # fmt: skip
 
-# What bwrap, the launcher and the executor call to build a jail (see plan.py and executor.c).
+# What bwrap, the launcher and the executor call to build a jail (see plan.py and sandboxlite/executor/).
 JAIL_NEEDS: tuple[str, ...] = (
     "unshare", "setns", "mount", "umount2", "pivot_root", "sethostname", "open_tree", "move_mount",
     "mount_setattr",

@@ -2,7 +2,7 @@
 
 ``isolation="landlock"`` is for hosts where no namespace can be had (a container whose
 seccomp profile or masked ``/proc`` the user cannot change).  The executor runs directly
-on the host, confined by Landlock (see "Landlock mode" in ``_executor/executor.c``): it
+on the host, confined by Landlock (see ``sandboxlite/executor/landlock.c``): it
 reads and executes beneath ``READ_ONLY``, reads and writes the ``DEVICES`` and its own
 directories (``Places``), and opens nothing else.  Paths are the host's: a sandbox's
 workdir is a directory of its own, ``<base>/sb-XXXX/testbed``, not ``/testbed``.

@@ -663,7 +663,7 @@ class Jail:
 
     def share(self, count: int, *, kill: bool = False, layer: str | None = None) -> list[tuple[str, list[int]]]:
         """``count`` sets of detached, read-only mounts of the generation's writes, for other jails'
-        ``attach`` (executor.c, "sharing"): (the places' mask, its descriptors: the caller's to
+        ``attach`` (the executor's sharing.c): (the places' mask, its descriptors: the caller's to
         close) each.  ``kill``: every process of the sandbox is killed first.  ``layer``: sets of
         that shared layer (attached here) instead."""
         chan = self.channel()

@@ -37,7 +37,7 @@ NAMESPACE_FLAGS = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshar
 # LOWER_FD: the idmapped image's detached tree, for the launcher (which closes it); SNAPS_FD:
 # the snapshot store's, likewise.
 EXECUTOR_FD, SECCOMP_FD, INFO_FD, NETNS_FD, LOWER_FD, SNAPS_FD = 4, 5, 6, 7, 8, 9  # CTRL_FD (3) is the protocol's
-FORK_DIR = "/.sl/fork"  # shared layers (Sandbox.fork without a copy), attached by the executor (executor.c)
+FORK_DIR = "/.sl/fork"  # shared layers (Sandbox.fork without a copy), attached by the executor (sharing.c)
 SNAPS_DIR = "/.sl/snaps"  # where the jail's executor finds the snapshot store's layers (commands never see it)
 
 

@@ -59,7 +59,7 @@ from ..executor.protocol import is_layer_name
 log = logging.getLogger(__name__)
 
 PLACES = ("root", "testbed", "tmp", "home")
-OPAQUE = "user.overlay.opaque"  # overlayfs's mark (userxattr mode) of a directory that hides what is below it  # the layer's directories (executor.c, "snapshots")
+OPAQUE = "user.overlay.opaque"  # overlayfs's mark (userxattr mode) of a directory that hides what is below it  # the layer's directories (the executor's snapshots.c)
 FORMAT = 1
 DEFAULT_MAX_DEPTH = 16  # layers a sandbox may stack (the executor takes up to protocol.MAX_LAYERS)
 DEFAULT_MAX_BYTES = 4 << 30  # one snapshot's size cap (Store(max_bytes=), or snapshot(max_bytes=))
