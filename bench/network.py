@@ -74,14 +74,7 @@ def stats(vals: list[float]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--download-rounds", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--mb", type=int, default=50, help="MiB per download (default 50)")
-    ap.add_argument("--rootfs", default="science", help="the sandboxes' rootfs (it needs curl; default science)")
-    ap.add_argument("--json", type=Path)
-    opts = ap.parse_args()
+    opts = _parse_args()
     if not shutil.which("curl"):
         print("bench/network.py: the host has no curl (apt-get install curl)", file=sys.stderr)
         return 2
@@ -105,18 +98,9 @@ def main() -> int:
             order = ("none", "allow") if r % 2 == 0 else ("allow", "none")
             if r < opts.warmup + opts.rounds:
                 for k in order:
-                    t0 = clock()
-                    sb = Sandbox(rootfs=opts.rootfs, network=nets[k], host=host)
-                    assert sb.exec(["/bin/true"]).exit_code == 0
-                    t1 = clock()
-                    sb.close()
-                    ex = []
-                    for _ in range(5):
-                        t = clock()
-                        live[k].exec(["/bin/true"])
-                        ex.append(clock() - t)
+                    cold, ex = _start_and_exec(opts.rootfs, nets[k], host, live[k])
                     if keep:
-                        samples["cold_true"][k].append((t1 - t0) * 1e3)
+                        samples["cold_true"][k].append(cold * 1e3)
                         samples["exec_true"][k].extend(e * 1e3 for e in ex)
             if r < opts.warmup + opts.download_rounds:
                 for k in (("host", "proxy") if r % 2 == 0 else ("proxy", "host")):
@@ -141,6 +125,40 @@ def main() -> int:
     result = {"schema": "sandboxlite.bench-network/1", "rounds": opts.rounds, "download_rounds": opts.download_rounds,
               "mb": opts.mb, "rootfs": opts.rootfs, "euid": os.geteuid(), "load_avg": [load0, load1], "metrics": {},
               "proxy_log_entries": len(log)}  # fmt: skip
+    _report(opts, samples, result, load0, load1)
+    write_json(result, "network", opts.json)
+    return 0
+
+
+def _parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--download-rounds", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--mb", type=int, default=50, help="MiB per download (default 50)")
+    ap.add_argument("--rootfs", default="science", help="the sandboxes' rootfs (it needs curl; default science)")
+    ap.add_argument("--json", type=Path)
+    return ap.parse_args()
+
+
+def _start_and_exec(rootfs: str, network: str, host, sb_live: Sandbox) -> tuple[float, list[float]]:
+    """One cold start (a new sandbox to its first /bin/true finished, close excluded) and five exec
+    round trips in the live sandbox, on one network setting; (seconds, [seconds])."""
+    t0 = clock()
+    sb = Sandbox(rootfs=rootfs, network=network, host=host)
+    assert sb.exec(["/bin/true"]).exit_code == 0
+    t1 = clock()
+    sb.close()
+    ex = []
+    for _ in range(5):
+        t = clock()
+        sb_live.exec(["/bin/true"])
+        ex.append(clock() - t)
+    return t1 - t0, ex
+
+
+def _report(opts: argparse.Namespace, samples: dict[str, dict[str, list[float]]], result: dict, load0, load1) -> None:
+    """The table of both sides of each metric and their ratio; the statistics into ``result["metrics"]``."""
     print(f"bench/network.py: {opts.rounds} interleaved rounds ({opts.download_rounds} of downloads of {opts.mb} MiB), "
           f"rootfs={opts.rootfs}, euid {os.geteuid()}, load {load0[0]:.2f} -> {load1[0]:.2f}")  # fmt: skip
     print(f"{'metric':<10} {'side':<6} {'median':>9} {'p90':>9} {'p99':>9}   {'side':<6} {'median':>9} {'p90':>9} "
@@ -158,8 +176,6 @@ def main() -> int:
     d = result["metrics"]["download"]
     print(f"download throughput (median): host {d['host']['mib_per_s_median']} MiB/s, through the proxy "
           f"{d['proxy']['mib_per_s_median']} MiB/s (ms above; ratio = allow/none, proxy/host)")  # fmt: skip
-    write_json(result, "network", opts.json)
-    return 0
 
 
 if __name__ == "__main__":

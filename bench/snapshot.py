@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
@@ -149,29 +150,7 @@ def main() -> None:
     rows: list[dict] = []
     store = None
     for size in a.sizes.split(","):
-        with Sandbox() as sb:
-            store = sb.host.snapshot_store()
-            r = sb.exec(SIZES[size], timeout=300)
-            assert r.exit_code == 0, r.stderr_text
-            snaps, forks, starts = [], [], []
-            for _ in range(a.rounds):
-                snap = None
-
-                def take():
-                    nonlocal snap
-                    snap = sb.snapshot()
-
-                snaps.append(timed(take))
-                kids: list[Sandbox] = []
-                forks.append(timed(lambda: kids.extend(sb.fork(8))))
-                for k in kids:
-                    k.close()
-                kids.clear()
-                starts.append(timed(lambda: kids.extend(Sandbox(snapshot=snap) for _ in range(8))))
-                assert kids[0].exec("ls /testbed | head -1").exit_code == 0
-                for k in kids:
-                    k.close()
-            store.remove(snap.name)
+        snaps, forks, starts, store = _snapshot_rounds(size, a.rounds)
         shared, pooled = share_rounds(size, a.rounds)
         rows += [row(f"snapshot {size}", snaps), row(f"fork(8) {size} (snapshot + 8 starts)", forks),
                  row(f"8 starts from a snapshot {size}", starts),
@@ -179,21 +158,66 @@ def main() -> None:
                  row(f"fork(8, share=True, pool=) {size} (8 warm)", pooled, forks)]  # fmt: skip
         print(*(f"{x['name']:<44} median {x['median_ms']:9.2f} ms  p90 {x['p90_ms']:9.2f} ms" for x in rows[-5:]),
               sep="\n", flush=True)  # fmt: skip
-    # start from a snapshot against a cold start, interleaved
+    rows += _start_rows(a.rounds)
+    rows += _group_rows(a.rounds)
+    rows += sandlock_rows(a.rounds)
+    _print_table(rows)
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps({"schema": "sandboxlite.bench.snapshot/1", "rows": rows,
+                                        "store": str(store.root) if store else None}, indent=1))  # fmt: skip
+    print(f"\nJSON: {a.json}")
+
+
+def _snapshot_rounds(size: str, rounds: int) -> tuple[list[float], list[float], list[float], Any]:
+    """In a sandbox holding a state of ``size``: snapshot(), fork(8), and 8 starts from the snapshot,
+    ``rounds`` times; (their times, the snapshot store)."""
+    with Sandbox() as sb:
+        store = sb.host.snapshot_store()
+        r = sb.exec(SIZES[size], timeout=300)
+        assert r.exit_code == 0, r.stderr_text
+        snaps, forks, starts = [], [], []
+        for _ in range(rounds):
+            snap = None
+
+            def take():
+                nonlocal snap
+                snap = sb.snapshot()
+
+            snaps.append(timed(take))
+            kids: list[Sandbox] = []
+            forks.append(timed(lambda: kids.extend(sb.fork(8))))
+            for k in kids:
+                k.close()
+            kids.clear()
+            starts.append(timed(lambda: kids.extend(Sandbox(snapshot=snap) for _ in range(8))))
+            assert kids[0].exec("ls /testbed | head -1").exit_code == 0
+            for k in kids:
+                k.close()
+        store.remove(snap.name)
+    return snaps, forks, starts, store
+
+
+def _start_rows(rounds: int) -> list[dict]:
+    """Start from a snapshot against a cold start, interleaved."""
     with Sandbox() as sb:
         sb.exec(SIZES["1m"])
         snap = sb.snapshot()
     cold, warm = [], []
-    for _ in range(a.rounds * 3):
+    for _ in range(rounds * 3):
         for kind, out in (("cold", cold), ("snap", warm)):
             def one():
                 with Sandbox(snapshot=snap if kind == "snap" else None) as s:
                     s.exec("true")
 
             out.append(timed(one))
-    rows += [row("cold start + exec", cold), row("start from a 1 MB snapshot + exec", warm, cold)]
+    rows = [row("cold start + exec", cold), row("start from a 1 MB snapshot + exec", warm, cold)]
     rows[-1]["diff_ms"] = (statistics.median(warm) - statistics.median(cold)) * 1e3
-    # a GRPO group of 8 from a prepared state, against 8 episodes that repeat the preparation
+    return rows
+
+
+def _group_rows(rounds: int) -> list[dict]:
+    """A GRPO group of 8 from a prepared state, against 8 episodes that repeat the preparation."""
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         wheel = make_wheel(tmp)
         data = open(wheel, "rb").read()
@@ -205,7 +229,7 @@ def main() -> None:
         episode = "python3 -c 'import os; print(os.path.getsize(\"/testbed/data\"))'"
         for label, prep in preps.items():
             replay, group = [], []
-            for _ in range(max(1, a.rounds // 3)):
+            for _ in range(max(1, rounds // 3)):
                 def repeat():
                     for _ in range(8):
                         with Sandbox() as s:
@@ -230,7 +254,10 @@ def main() -> None:
             rows += [row(f"group of 8, {label}: each repeats it", replay),
                      row(f"group of 8, {label}: prepared once, forked", group, replay)]  # fmt: skip
             rows[-1]["speedup"] = 1 / rows[-1]["ratio"]
-    rows += sandlock_rows(a.rounds)
+    return rows
+
+
+def _print_table(rows: list[dict]) -> None:
     print(f"\n{'row':<52} {'n':>3} {'median ms':>10} {'p90 ms':>10} {'ratio':>7}")
     for x in rows:
         if "status" in x:
@@ -240,10 +267,6 @@ def main() -> None:
         print(f"{x['name']:<52} {x['n']:>3} {x['median_ms']:>10.2f} {x['p90_ms']:>10.2f} {ratio:>7}")
         if x.get("note"):
             print(f"    {x['note']}")
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps({"schema": "sandboxlite.bench.snapshot/1", "rows": rows,
-                                        "store": str(store.root) if store else None}, indent=1))  # fmt: skip
-    print(f"\nJSON: {a.json}")
 
 
 if __name__ == "__main__":

@@ -507,37 +507,14 @@ def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, samplin
     """
 
     from .agent.profiles import resolve_model
-    from .eval import EvalConfig, load_domain_module, load_tasks_file, run_eval
-    from .eval import domains as known_domains
+    from .eval import EvalConfig, run_eval
     from .eval.data import default_data_dir
 
     _use_isolation(isolation)
     try:
-        custom = [d for f in task_files for d in load_tasks_file(f)]
-        for spec in domain_modules:
-            load_domain_module(spec)
-        if domains:
-            names = _domain_names(domains)
-        elif custom or domain_modules:
-            names = []
-        else:
-            from .eval.domains import PAPER_DOMAINS
-
-            names = list(PAPER_DOMAINS)
-        known = known_domains()
-        for n in names:
-            if n not in known:
-                raise ConfigError("--domains", f"unknown domain {n!r} (known: {', '.join(known)})")
-        chosen = [known[n] for n in names] + custom
-        if not chosen:
-            raise ConfigError("--domains", "no domain selected")
+        chosen = _eval_domains(domains, task_files, domain_modules)
         data = Path(data_dir) if data_dir else default_data_dir(os.environ)
-        try:
-            extra = json.loads(extra_body) if extra_body else None
-        except json.JSONDecodeError as e:
-            raise ConfigError("--extra-body", f"not valid JSON: {e.msg}") from None
-        if extra is not None and not isinstance(extra, dict):
-            raise ConfigError("--extra-body", f"expected a JSON object, got {type(extra).__name__}")
+        extra = _extra_body(extra_body)
         model = resolve_model(model_name, base_url=base_url, api_key=api_key, temperature=temperature, top_p=top_p,
                               max_tokens=max_tokens, seed=sampling_seed, extra_body=extra, tool_format=tool_format,
                               context_tokens=context_tokens)  # fmt: skip
@@ -564,6 +541,51 @@ def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, samplin
     except SandboxError as e:  # ModelError included: exit code 3
         _fail(e)
         return
+    _eval_report(result, data_dir)
+    if not result.complete:
+        sys.exit(EXIT_INCOMPLETE)
+
+
+def _eval_domains(domains: str | None, task_files: tuple[str, ...], domain_modules: tuple[str, ...]) -> list:
+    """The domains ``eval`` runs: those named (the paper's six when none are named and no tasks or
+    domain modules are given), then the tasks of the --tasks files."""
+    from .eval import domains as known_domains
+    from .eval import load_domain_module, load_tasks_file
+
+    custom = [d for f in task_files for d in load_tasks_file(f)]
+    for spec in domain_modules:
+        load_domain_module(spec)
+    if domains:
+        names = _domain_names(domains)
+    elif custom or domain_modules:
+        names = []
+    else:
+        from .eval.domains import PAPER_DOMAINS
+
+        names = list(PAPER_DOMAINS)
+    known = known_domains()
+    for n in names:
+        if n not in known:
+            raise ConfigError("--domains", f"unknown domain {n!r} (known: {', '.join(known)})")
+    chosen = [known[n] for n in names] + custom
+    if not chosen:
+        raise ConfigError("--domains", "no domain selected")
+    return chosen
+
+
+def _extra_body(extra_body: str | None) -> dict | None:
+    """--extra-body: a JSON object (None when not given)."""
+    try:
+        extra = json.loads(extra_body) if extra_body else None
+    except json.JSONDecodeError as e:
+        raise ConfigError("--extra-body", f"not valid JSON: {e.msg}") from None
+    if extra is not None and not isinstance(extra, dict):
+        raise ConfigError("--extra-body", f"expected a JSON object, got {type(extra).__name__}")
+    return extra
+
+
+def _eval_report(result, data_dir: str | None) -> None:
+    """The summary on stdout; what ran, the domains skipped and the first errors on stderr."""
     out = result.out_dir
     click.echo((out / "summary.md").read_text())
     click.echo(f"{result.ran} tasks run, {result.skipped} already done; results in {out}/", err=True)
@@ -576,8 +598,6 @@ def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, samplin
             click.echo(f"  {key}: {error.splitlines()[0][:300]}", err=True)
         click.echo("  Hint: fix the cause, then run the same command again: errored tasks are retried "
                    "(--no-retry-errors keeps them)", err=True)  # fmt: skip
-    if not result.complete:
-        sys.exit(EXIT_INCOMPLETE)
 
 
 def _eta(seconds: float | None) -> str:
@@ -847,9 +867,9 @@ def snapshot_flatten(name) -> None:
 @_errors_to_exit_codes
 def snapshot_export(name, file) -> None:
     """Write NAME and the layers below it to FILE (.tar.zst, with a manifest) for other machines."""
-    from .state import archive as snapshot_io
+    from .state import archive
 
-    click.echo(str(snapshot_io.export(_store().meta(name), file)))
+    click.echo(str(archive.export(_store().meta(name), file)))
 
 
 @snapshot.command("import")
@@ -857,9 +877,9 @@ def snapshot_export(name, file) -> None:
 @_errors_to_exit_codes
 def snapshot_import(file) -> None:
     """Check FILE's snapshot (each layer against its name; no device, setuid bit or link out) and keep it."""
-    from .state import archive as snapshot_io
+    from .state import archive
 
-    snap = snapshot_io.import_(_store(), file)
+    snap = archive.import_(_store(), file)
     click.echo(f"{snap.name}: imported ({snap.depth} layer(s), {snap.size} bytes)")
 
 

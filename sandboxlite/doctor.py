@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import executor
-from . import images as rootfs
+from . import images
 from .errors import SandboxError
 from .isolation import bwrap, cgroups, containers, landlock, seccomp
 from .jail.host import default_host
@@ -167,14 +167,14 @@ def check_identity() -> Check:
 
 def check_rootfs() -> Check:
     try:
-        plan = rootfs.resolve("auto")
+        plan = images.resolve("auto")
     except SandboxError as e:
         return Check("rootfs", "fail", e.message, e.hint or "")
     if plan.kind == "host":
         return Check(
             "rootfs", "warn",
             "no built image; sandboxes use the host's /usr read-only (rootfs='host')",
-            f"build the default image (about a minute): sandboxlite rootfs build {rootfs.DEFAULT_PROFILE}",
+            f"build the default image (about a minute): sandboxlite rootfs build {images.DEFAULT_PROFILE}",
         )  # fmt: skip
     from .isolation.identity import run_as
 
@@ -234,7 +234,7 @@ def check_uids() -> Check:
         return Check("own uids", "warn", f"{host.uids_reason}: the kernel's per-uid budgets ({SHARED_BUDGETS}) "
                      "are shared by all sandboxes", "unset SANDBOXLITE_UID / SANDBOXLITE_UID_RANGE")  # fmt: skip
     try:
-        image = rootfs.resolve("auto")
+        image = images.resolve("auto")
     except SandboxError:
         image = None
     if image is not None and image.kind == "dir" and os.stat(image.path).st_uid == host.uid and host.idmap:

@@ -216,3 +216,41 @@ def test_sandbox_py_stays_small():
     lines = (PKG / "jail" / "sandbox.py").read_text().count("\n")
     # 450: the snapshot API (snapshot, fork, base, reset(to=)) is thin wrappers over state/ and launch.py
     assert lines < 450, f"jail/sandbox.py has {lines} lines: move a concept into a module of its own"
+
+
+LONGEST = 80  # lines of a function, def (or its C signature) to its end
+
+
+def test_no_python_function_is_longer_than_80_lines():
+    long = []
+    for mod, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > LONGEST:
+                    long.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {node.name}: {n} lines")
+    assert not long, "split these where a name would explain a part:\n" + "\n".join(long)
+
+
+def c_functions(text: str) -> dict[str, int]:
+    """Top-level C function definitions (a signature at column 0, the body to the next '}' at
+    column 0) and their lengths."""
+    out, start, name = {}, None, None
+    for i, line in enumerate(text.splitlines()):
+        m = re.match(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b(\w+)\(.*\)\s*\{\s*$", line)
+        if start is None and m and not line.startswith(("typedef", "struct", "enum")):
+            start, name = i, m.group(1)
+        elif start is not None and line.startswith("}"):
+            out[name] = i - start + 1
+            start = None
+    return out
+
+
+def test_no_c_function_of_the_executor_is_longer_than_80_lines():
+    found = {}
+    for path in sorted((PKG / "executor").glob("*.c")):
+        found.update({f"{path.name}:{k}": v for k, v in c_functions(path.read_text()).items()})
+    assert len(found) > 100  # the reader sees the functions (a signature style it misses would hide them)
+    assert c_functions("static int f(int a) {\n  return a;\n}\nint main(void) {\n}\n") == {"f": 3, "main": 2}
+    long = {k: v for k, v in found.items() if v > LONGEST}
+    assert not long, long

@@ -83,16 +83,18 @@ def test_the_wheel_carries_the_recipes_and_the_executor(wheel):
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_builds_an_image_and_runs_a_command(wheel, tmp_path):
+def test_an_installed_wheel_builds_an_image_and_runs_a_command(wheel, tmp_path, host_dir_factory):
     """A clean virtualenv, the wheel and its declared (core) dependencies only; the build and the
-    command run from outside the checkout, into a SANDBOXLITE_HOME of their own."""
+    command run from outside the checkout, into a SANDBOXLITE_HOME of their own (one the uid
+    sandboxes run as can reach, as a root caller's must be)."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     p = subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["SANDBOXLITE_HOME"] = str(tmp_path / "home")
+    home = host_dir_factory("sandboxlite-wheel-home-")
+    env["SANDBOXLITE_HOME"] = str(home)
     where = subprocess.run([str(py), "-c", "import sandboxlite, sandboxlite.images.recipes as r; "
                             "print(sandboxlite.__file__); print(r.recipes_dir())"], capture_output=True, text=True,
                            cwd=tmp_path, env=env, check=True).stdout.split()  # fmt: skip
@@ -101,7 +103,7 @@ def test_an_installed_wheel_builds_an_image_and_runs_a_command(wheel, tmp_path):
                            text=True, cwd=tmp_path, env=env, timeout=900)  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
     image = Path(built.stdout.strip().splitlines()[-1])
-    assert image.is_relative_to(tmp_path / "home")
+    assert image.is_relative_to(home)
     manifest = json.loads((image / "manifest.json").read_text())
     assert manifest["recipe"] == build.recipe_digest(build.load_profile("lean"))  # the same recipe as the checkout's
     r = subprocess.run([str(venv / "bin" / "sandboxlite"), "exec", "--rootfs", "lean", "--",

@@ -119,30 +119,44 @@ def agent_episodes(*, rootfs: str, cgroups: str, rounds: int, warmup: int = 1,
 
         fns["sandlock"] = boxed
     try:
-        for i in range(warmup + rounds):
-            order = list(fns) if i % 2 == 0 else list(fns)[::-1]
-            for name in order:
-                if status[name] != "ok":
-                    continue
-                gc.collect()
-                try:
-                    r = fns[name](i)
-                except Exception as e:  # noqa: BLE001 - reported
-                    when = f"failed in round {i - warmup}: " if i >= warmup else ""
-                    status[name] = f"not available: {when}{type(e).__name__}: {e}"[:300]
-                    continue
-                if i >= warmup:
-                    runs[name].append(r)
-                shutil.rmtree(out_root / f"{OUT_PREFIX[name]}-{i}", ignore_errors=True)
+        _take_turns(fns, runs, status, rounds=rounds, warmup=warmup, out_root=out_root)
     finally:
         pool.close()
         shutil.rmtree(out_root, ignore_errors=True)
+    series = {name: [_overhead_ms(r) for r in rs] for name, rs in runs.items()}
+    steps = {name: [_overhead_ms(r) / r["steps"] for r in rs] for name, rs in runs.items()}
+    detail = _detail(runs)
+    log(f"  agent: {' + '.join(str(len(rs)) for rs in runs.values())} episodes of {STEPS} steps ({', '.join(runs)})")
+    return {"series": series, "steps": steps, "status": status, "detail": detail}
 
-    def overhead_ms(r: dict) -> float:
-        return (r["wall_s"] - r["model_s"]) * 1e3
 
-    series = {name: [overhead_ms(r) for r in rs] for name, rs in runs.items()}
-    steps = {name: [overhead_ms(r) / r["steps"] for r in rs] for name, rs in runs.items()}
+def _take_turns(fns: dict[str, Callable[[int], dict]], runs: dict[str, list[dict]], status: dict[str, str], *,
+                rounds: int, warmup: int, out_root: Path) -> None:  # fmt: skip
+    """``warmup + rounds`` rounds, every runtime once a round, the order flipped every other round;
+    a runtime that fails is dropped, its ``status`` says why."""
+    for i in range(warmup + rounds):
+        order = list(fns) if i % 2 == 0 else list(fns)[::-1]
+        for name in order:
+            if status[name] != "ok":
+                continue
+            gc.collect()
+            try:
+                r = fns[name](i)
+            except Exception as e:  # noqa: BLE001 - reported
+                when = f"failed in round {i - warmup}: " if i >= warmup else ""
+                status[name] = f"not available: {when}{type(e).__name__}: {e}"[:300]
+                continue
+            if i >= warmup:
+                runs[name].append(r)
+            shutil.rmtree(out_root / f"{OUT_PREFIX[name]}-{i}", ignore_errors=True)
+
+
+def _overhead_ms(r: dict) -> float:
+    return (r["wall_s"] - r["model_s"]) * 1e3
+
+
+def _detail(runs: dict[str, list[dict]]) -> dict[str, Any]:
+    """The medians of an episode's parts per runtime, and what each part is."""
     detail: dict[str, Any] = {"steps_per_episode": STEPS, "model": "ScriptedModel(steps=20)",
                               "model_ms_median": {}, "tools_ms_median": {}, "trajectory_ms_median": {},
                               "rest_ms_median": {}, "first_step_tools_ms_median": {},
@@ -167,5 +181,4 @@ def agent_episodes(*, rootfs: str, cgroups: str, rounds: int, warmup: int = 1,
             detail["bash_step_tools_ms_median"][name] = med(lambda r: r["other_tool_s"])
             detail["rest_ms_median"][name] = med(
                 lambda r: r["wall_s"] - r["model_s"] - r["tools_s"] - r["trajectory_s"])
-    log(f"  agent: {' + '.join(str(len(rs)) for rs in runs.values())} episodes of {STEPS} steps ({', '.join(runs)})")
-    return {"series": series, "steps": steps, "status": status, "detail": detail}
+    return detail

@@ -128,83 +128,18 @@ def _f(v: float | None, width: int = 8) -> str:
 def format_table(doc: dict) -> str:
     lines: list[str] = []
     out = lines.append
-    ratio_of = {(r["metric"], r["baseline"]): r for r in doc.get("ratios", [])}
-    results = doc.get("results", [])
-    if results:
-        hdr = (f"{'metric':<13} {'runtime':<16} {'median':>8} {'p90':>8} {'p99':>8} {'min':>8} {'max':>8} {'N':>5}"
-               f"  {'sl/this':>8}  {'sl is':>10}")  # fmt: skip
-        out(hdr)
-        out("-" * len(hdr))
-        last = None
-        for r in results:
-            if last is not None and r["metric"] != last:
-                _overhead_line(last, ratio_of, out)
-                out("")
-            last = r["metric"]
-            if r["median_ms"] is None:
-                out(f"{r['metric']:<13} {r['runtime']:<16} {r['status']}")
-                continue
-            ratio = ratio_of.get((r["metric"], r["runtime"]))
-            rs = f"{ratio['ratio']:.3g}x" if ratio and ratio["ratio"] is not None else ""
-            sp = ""
-            if ratio and ratio["speedup"] is not None:
-                x = ratio["speedup"]
-                sp = f"{x:.3g}x faster" if x >= 1 else f"{1 / x:.3g}x slower"
-            tail = f"  {r['mb_per_s']:.0f} MB/s" if r.get("mb_per_s") else ""
-            out(f"{r['metric']:<13} {r['runtime']:<16} {_f(r['median_ms'])} {_f(r['p90_ms'])} {_f(r['p99_ms'])} "
-                f"{_f(r['min_ms'])} {_f(r['max_ms'])} {r['n']:5d}  {rs:>8}  {sp:>10}{tail}")  # fmt: skip
-        if last is not None:
-            _overhead_line(last, ratio_of, out)
-        out("(times in ms; sl/this = sandboxlite median / this runtime's median; MB = 10^6 bytes)")
+    if doc.get("results", []):
+        _latency_table(doc, out)
     if doc.get("throughput"):
-        out("")
-        out("throughput: full cycles (create + exec /bin/true + close)")
-        out(f"{'runtime':<16} {'concurrency':>11} {'cycles/s':>9} {'median ms':>10} {'p99 ms':>9} {'cycles':>7} "
-            f"{'errors':>6}")
-        for r in doc["throughput"]:
-            if r.get("cycles_per_s") is None:
-                out(f"{r['runtime']:<16} {r['concurrency']:>11} {r['status']}")
-                continue
-            out(f"{r['runtime']:<16} {r['concurrency']:>11} {r['cycles_per_s']:>9} {_f(r['median_ms'], 10)} "
-                f"{_f(r['p99_ms'], 9)} {r['cycles']:>7} {r['error_count']:>6}")  # fmt: skip
+        _throughput_table(doc["throughput"], out)
     if doc.get("density"):
-        out("")
-        out("density: N idle sandboxes alive at once (memory per sandbox, MiB)")
-        out(f"{'runtime':<16} {'n':>5} {'alive':>6} {'start all s':>12} {'ms each':>8} {'PSS':>7} {'USS':>7} "
-            f"{'MemAvail':>9} {'close all s':>12}")  # fmt: skip
-        for r in doc["density"]:
-            if not r.get("started"):
-                out(f"{r['runtime']:<16} {r['n']:>5} {r['status']}")
-                continue
-            out(f"{r['runtime']:<16} {r['n']:>5} {r['alive']!s:>6} {r['start_all_s']:>12} "
-                f"{r['per_sandbox_start_ms']:>8} {r['pss_mib_median']!s:>7} {r['uss_mib_median']!s:>7} "
-                f"{r['mem_available_delta_mib_per']!s:>9} {r['close_all_s']!s:>12}"
-                + ("" if r["status"] == "ok" else f"  {r['status']}"))  # fmt: skip
+        _density_table(doc["density"], out)
     agent = doc.get("agent")
     if agent and agent.get("detail"):
-        d = agent["detail"]
-        out("")
-        out(f"agent episode breakdown (medians, ms; {d['steps_per_episode']} steps, {d['model']}):")
-        for name in d.get("tools_ms_median", {}):
-            out(f"  {name:<17} model {d['model_ms_median'][name]:.3f}, tool calls {d['tools_ms_median'][name]:.3f}, "
-                f"trajectory file {d['trajectory_ms_median'][name]:.3f}, the rest (sandbox start/close or "
-                f"acquire/reset, loop, outputs) {d['rest_ms_median'][name]:.3f}; one bash step "
-                f"{d['bash_step_tools_ms_median'][name]:.3f}, the python3 step "
-                f"{d['first_step_tools_ms_median'][name]:.3f}")
+        _agent_breakdown(agent["detail"], out)
     prof = doc.get("profile")
     if prof and prof.get("phases_median_ms"):
-        out("")
-        out("cold start, where the time goes (medians, ms):")
-        variants = list(prof["phases_median_ms"])
-        out(f"  {'phase':<14}" + "".join(f"{v:>16}" for v in variants))
-        for phase in [*prof["phases_help"], "total"]:
-            out(f"  {phase:<14}" + "".join(f"{prof['phases_median_ms'][v][phase]:>16.3f}" for v in variants))
-        if prof.get("raw_bwrap_true_median_ms") is not None:
-            out(f"  raw bwrap running /bin/true in the same loop: {prof['raw_bwrap_true_median_ms']:.3f}")
-        c = prof.get("cpu", {})
-        if c:
-            out(f"  CPU per create+exec+close: Python {c['python_cpu_ms_per_cycle']} ms, children "
-                f"{c['children_cpu_ms_per_cycle']} ms (wall {c['wall_ms_per_cycle']} ms)")
+        _profile_table(prof, out)
     if doc.get("targets"):
         out("")
         out("targets (project issue):")
@@ -215,6 +150,91 @@ def format_table(doc: dict) -> str:
             note = f"  [{t['note']}]" if t.get("note") else ""
             out(f"  [{mark}] {t['target']:<72} got {val}{by}{note}")
     return "\n".join(lines)
+
+
+def _latency_table(doc: dict, out: Callable[[str], None]) -> None:
+    """The latency rows, metric by metric, each with its ratio to sandboxlite and its overhead over raw bwrap."""
+    ratio_of = {(r["metric"], r["baseline"]): r for r in doc.get("ratios", [])}
+    hdr = (f"{'metric':<13} {'runtime':<16} {'median':>8} {'p90':>8} {'p99':>8} {'min':>8} {'max':>8} {'N':>5}"
+           f"  {'sl/this':>8}  {'sl is':>10}")  # fmt: skip
+    out(hdr)
+    out("-" * len(hdr))
+    last = None
+    for r in doc["results"]:
+        if last is not None and r["metric"] != last:
+            _overhead_line(last, ratio_of, out)
+            out("")
+        last = r["metric"]
+        if r["median_ms"] is None:
+            out(f"{r['metric']:<13} {r['runtime']:<16} {r['status']}")
+            continue
+        ratio = ratio_of.get((r["metric"], r["runtime"]))
+        rs = f"{ratio['ratio']:.3g}x" if ratio and ratio["ratio"] is not None else ""
+        sp = ""
+        if ratio and ratio["speedup"] is not None:
+            x = ratio["speedup"]
+            sp = f"{x:.3g}x faster" if x >= 1 else f"{1 / x:.3g}x slower"
+        tail = f"  {r['mb_per_s']:.0f} MB/s" if r.get("mb_per_s") else ""
+        out(f"{r['metric']:<13} {r['runtime']:<16} {_f(r['median_ms'])} {_f(r['p90_ms'])} {_f(r['p99_ms'])} "
+            f"{_f(r['min_ms'])} {_f(r['max_ms'])} {r['n']:5d}  {rs:>8}  {sp:>10}{tail}")  # fmt: skip
+    if last is not None:
+        _overhead_line(last, ratio_of, out)
+    out("(times in ms; sl/this = sandboxlite median / this runtime's median; MB = 10^6 bytes)")
+
+
+def _throughput_table(rows: list[dict], out: Callable[[str], None]) -> None:
+    out("")
+    out("throughput: full cycles (create + exec /bin/true + close)")
+    out(f"{'runtime':<16} {'concurrency':>11} {'cycles/s':>9} {'median ms':>10} {'p99 ms':>9} {'cycles':>7} "
+        f"{'errors':>6}")
+    for r in rows:
+        if r.get("cycles_per_s") is None:
+            out(f"{r['runtime']:<16} {r['concurrency']:>11} {r['status']}")
+            continue
+        out(f"{r['runtime']:<16} {r['concurrency']:>11} {r['cycles_per_s']:>9} {_f(r['median_ms'], 10)} "
+            f"{_f(r['p99_ms'], 9)} {r['cycles']:>7} {r['error_count']:>6}")  # fmt: skip
+
+
+def _density_table(rows: list[dict], out: Callable[[str], None]) -> None:
+    out("")
+    out("density: N idle sandboxes alive at once (memory per sandbox, MiB)")
+    out(f"{'runtime':<16} {'n':>5} {'alive':>6} {'start all s':>12} {'ms each':>8} {'PSS':>7} {'USS':>7} "
+        f"{'MemAvail':>9} {'close all s':>12}")  # fmt: skip
+    for r in rows:
+        if not r.get("started"):
+            out(f"{r['runtime']:<16} {r['n']:>5} {r['status']}")
+            continue
+        out(f"{r['runtime']:<16} {r['n']:>5} {r['alive']!s:>6} {r['start_all_s']:>12} "
+            f"{r['per_sandbox_start_ms']:>8} {r['pss_mib_median']!s:>7} {r['uss_mib_median']!s:>7} "
+            f"{r['mem_available_delta_mib_per']!s:>9} {r['close_all_s']!s:>12}"
+            + ("" if r["status"] == "ok" else f"  {r['status']}"))  # fmt: skip
+
+
+def _agent_breakdown(d: dict, out: Callable[[str], None]) -> None:
+    out("")
+    out(f"agent episode breakdown (medians, ms; {d['steps_per_episode']} steps, {d['model']}):")
+    for name in d.get("tools_ms_median", {}):
+        out(f"  {name:<17} model {d['model_ms_median'][name]:.3f}, tool calls {d['tools_ms_median'][name]:.3f}, "
+            f"trajectory file {d['trajectory_ms_median'][name]:.3f}, the rest (sandbox start/close or "
+            f"acquire/reset, loop, outputs) {d['rest_ms_median'][name]:.3f}; one bash step "
+            f"{d['bash_step_tools_ms_median'][name]:.3f}, the python3 step "
+            f"{d['first_step_tools_ms_median'][name]:.3f}")
+
+
+def _profile_table(prof: dict, out: Callable[[str], None]) -> None:
+    """Where a cold start's time goes, phase by phase, per variant."""
+    out("")
+    out("cold start, where the time goes (medians, ms):")
+    variants = list(prof["phases_median_ms"])
+    out(f"  {'phase':<14}" + "".join(f"{v:>16}" for v in variants))
+    for phase in [*prof["phases_help"], "total"]:
+        out(f"  {phase:<14}" + "".join(f"{prof['phases_median_ms'][v][phase]:>16.3f}" for v in variants))
+    if prof.get("raw_bwrap_true_median_ms") is not None:
+        out(f"  raw bwrap running /bin/true in the same loop: {prof['raw_bwrap_true_median_ms']:.3f}")
+    c = prof.get("cpu", {})
+    if c:
+        out(f"  CPU per create+exec+close: Python {c['python_cpu_ms_per_cycle']} ms, children "
+            f"{c['children_cpu_ms_per_cycle']} ms (wall {c['wall_ms_per_cycle']} ms)")
 
 
 def _overhead_line(metric: str, ratio_of: dict, out: Callable[[str], None]) -> None:

@@ -91,6 +91,63 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
     json_path = Path(opts.json_path) if opts.json_path else default_json_path(opts.name)
     wall0 = time.monotonic()
     machine = machine_info()
+    _log_setup(opts, metrics, requested, machine, log)
+    started = _first_sandbox(opts, log)
+    if started is None:
+        return EXIT_NO_SANDBOX
+    first, live_argv, plan = started
+    machine["cgroups"]["used_by_sandboxes"] = first["sandbox_uses_cgroup"]
+    rootfs_spec = plan.name if opts.rootfs == "auto" else opts.rootfs  # "auto" -> the image it chose
+    if first["sandbox_host_uid"] != os.geteuid():
+        log(f"note: sandboxlite runs bwrap as host uid {first['sandbox_host_uid']} (through its launcher); "
+            f"raw bwrap, unshare and the container engines run as the caller, uid {os.geteuid()}")
+
+    from .. import images
+
+    needed = _needed_baselines(metrics)
+    ctx = Context(rootfs=rootfs_spec, plan=images.resolve(rootfs_spec), cgroups=opts.cgroups, log=log)
+    runtimes = make_runtimes([n for n in requested if n in needed], ctx)
+    for rt in runtimes.values():  # a baseline weaker than sandboxlite says how, beside its numbers
+        for lack in rt.info.get("isolation_lacks", ()):
+            log(f"note: {rt.name}'s isolation: {lack}")
+
+    leak = LeakCheck()
+    doc: dict[str, Any] = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": opts.command,
+                           "machine": machine}  # fmt: skip
+    try:
+        got = _measure(opts, metrics, runtimes, rootfs_spec, leak, log)
+    finally:
+        for rt in runtimes.values():
+            try:
+                rt.cleanup()
+            except Exception as e:  # noqa: BLE001
+                log(f"{rt.name}: cleanup failed: {short_error(e)}")
+        shutil.rmtree(ctx.scratch, ignore_errors=True)
+
+    machine["load_avg_end"] = load_avg()
+    doc["params"] = _params(opts, metrics, requested, rootfs_spec, plan.path, live_argv)
+    doc["first_sandbox"] = first
+    doc["runtimes"] = [rt.describe() for rt in runtimes.values()]
+    doc["results"] = got.results
+    doc["ratios"] = ratios_of(got.results)
+    doc["throughput"] = got.throughput_rows
+    doc["density"] = got.density_rows
+    doc["agent"] = {"detail": got.agent["detail"]} if got.agent else None
+    doc["profile"] = got.profile
+    doc["targets"] = check_targets(doc)
+    doc["leak_check"] = {"checked": leak.checked, "problems": leak.problems}
+    doc["params"]["wall_s"] = round(time.monotonic() - wall0, 2)
+    if opts.samples_in_json:
+        doc["samples"] = got.samples
+    _report(doc, got.samples, leak, json_path, opts, log)
+    failures = _failures(got)
+    for f in failures:
+        log(f"FAILED: {f}")
+    return EXIT_FAILED if failures or leak.problems else EXIT_OK
+
+
+def _log_setup(opts: BenchOptions, metrics: list[str], requested: list[str], machine: dict, log) -> None:
+    """What is measured, on what machine, and a warning when the machine is busy."""
     log(f"sandboxlite bench: {', '.join(metrics)}")
     log(f"  {opts.rounds} interleaved rounds (+{opts.warmup} warm-up), rootfs={opts.rootfs!r}, "
         f"cgroups={opts.cgroups!r}, baselines: {', '.join(requested) or 'none'}")  # fmt: skip
@@ -101,10 +158,13 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
     if la and la[0] > 1.5 and not opts.quick:
         log(f"warning: load average {la[0]} > 1.5: this machine is busy, the numbers will be noisy")
 
+
+def _first_sandbox(opts: BenchOptions, log) -> tuple[dict[str, Any], list[str], Any] | None:
+    """The process's first sandbox, timed on its own: (what it showed, its argv, its rootfs plan),
+    or None (logged) when sandboxlite cannot run here."""
     # The first sandbox of a process also finds bwrap, compiles the seccomp filter, locates (or
     # builds) the executor and the host /etc: reported on its own, not in the rounds.
     from .. import Sandbox
-    from .. import images as rootfs_mod
     from ..jail.host import default_host
 
     first: dict[str, Any] = {}
@@ -134,14 +194,12 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
             raise RuntimeError(f"/bin/true exited {res.exit_code}: {res.stderr[:200]!r}")
     except Exception as e:  # noqa: BLE001
         log(f"sandboxlite not available: {short_error(e)}")
-        return EXIT_NO_SANDBOX
-    machine["cgroups"]["used_by_sandboxes"] = first["sandbox_uses_cgroup"]
-    rootfs_spec = plan.name if opts.rootfs == "auto" else opts.rootfs  # "auto" -> the image it chose
-    if first["sandbox_host_uid"] != os.geteuid():
-        log(f"note: sandboxlite runs bwrap as host uid {first['sandbox_host_uid']} (through its launcher); "
-            f"raw bwrap, unshare and the container engines run as the caller, uid {os.geteuid()}")
+        return None
+    return first, live_argv, plan
 
-    # only the baselines some selected metric uses
+
+def _needed_baselines(metrics: list[str]) -> set[str]:
+    """Only the baselines some selected metric uses."""
     needed: set[str] = set()
     for m in metrics:
         needed.update(baselines_of(m))
@@ -153,93 +211,105 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
         needed.add("raw_bwrap")
     if "agent" in metrics:
         needed.add("sandlock")  # (the one baseline with an agent episode: over SandlockBox)
-    ctx = Context(rootfs=rootfs_spec, plan=rootfs_mod.resolve(rootfs_spec), cgroups=opts.cgroups, log=log)
-    runtimes = make_runtimes([n for n in requested if n in needed], ctx)
-    for rt in runtimes.values():  # a baseline weaker than sandboxlite says how, beside its numbers
-        for lack in rt.info.get("isolation_lacks", ()):
-            log(f"note: {rt.name}'s isolation: {lack}")
+    return needed
 
-    leak = LeakCheck()
-    doc: dict[str, Any] = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": opts.command,
-                           "machine": machine}  # fmt: skip
-    results: list[dict] = []
-    samples: dict[str, list[float]] = {}
-    throughput_rows: list[dict] = []
-    density_rows: list[dict] = []
+
+@dataclass
+class _Measured:
+    """What the selected metrics gave: result rows and their samples, the scale rows, the agent and
+    profile sections (None when not selected)."""
+
+    results: list[dict] = field(default_factory=list)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    throughput_rows: list[dict] = field(default_factory=list)
+    density_rows: list[dict] = field(default_factory=list)
     agent: dict[str, Any] | None = None
     profile: dict[str, Any] | None = None
-    failures: list[str] = []
-    try:
-        lat_metrics = [m for m in metrics if m in LATENCY_METRICS]
-        if lat_metrics:
-            log(f"latency: {', '.join(lat_metrics)}")
-            lat = Latency(lat_metrics, runtimes, rootfs=rootfs_spec, cgroups=opts.cgroups,
-                          exec_per_round=opts.exec_per_round, file_rounds=2 if opts.quick else 50, leak=leak)
-            try:
-                series = lat.build()
-                run_rounds(series, opts.rounds, opts.warmup, progress=log)
-            finally:
-                lat.close()
-            results += rows_of_series(series)
-            for s in series:
-                if s.ok and s.samples:
-                    samples[f"{s.metric}/{s.runtime}"] = [round(v, 4) for v in s.samples]
-        if "agent" in metrics:
-            from .episode import agent_episodes
 
-            log(f"agent: {opts.agent_rounds} scripted 20-step episodes per runtime")
-            try:
-                agent = agent_episodes(rootfs=rootfs_spec, cgroups=opts.cgroups, rounds=opts.agent_rounds,
-                                       warmup=1, log=log, sandlock=runtimes.get("sandlock"))  # fmt: skip
-            except Exception as e:  # noqa: BLE001 - reported
-                agent = {"series": {}, "steps": {}, "status": {SANDBOXLITE: f"not available: {short_error(e)}"},
-                         "detail": {}}  # fmt: skip
-            for name, st in agent["status"].items():
-                results.append(row_of("agent_episode", name, agent["series"].get(name, []), st))
-            for name, st in agent["status"].items():
-                results.append(row_of("agent_step", name, agent["steps"].get(name, []), st))
-            for name, vals in agent["series"].items():
-                if vals:
-                    samples[f"agent_episode/{name}"] = [round(v, 4) for v in vals]
-        if "profile" in metrics:  # before throughput and density: they leave the machine busy for a while
-            from .profile import cold_profile
 
-            raw = runtimes.get("raw_bwrap")
-            raw_fn = raw.cold(TRUE_CMD) if raw is not None and raw.reason is None else None
-            log(f"profile: {opts.profile_samples} instrumented cold starts")
-            try:
-                profile = cold_profile(rootfs=rootfs_spec, cgroups=opts.cgroups, samples=opts.profile_samples,
+def _measure(opts: BenchOptions, metrics: list[str], runtimes: dict, rootfs_spec: str, leak: LeakCheck,
+             log) -> _Measured:  # fmt: skip
+    """Every selected metric, in turn: latency, agent, profile, throughput, density."""
+    got = _Measured()
+    lat_metrics = [m for m in metrics if m in LATENCY_METRICS]
+    if lat_metrics:
+        _measure_latency(got, opts, lat_metrics, runtimes, rootfs_spec, leak, log)
+    if "agent" in metrics:
+        _measure_agent(got, opts, runtimes, rootfs_spec, log)
+    if "profile" in metrics:  # before throughput and density: they leave the machine busy for a while
+        from .profile import cold_profile
+
+        raw = runtimes.get("raw_bwrap")
+        raw_fn = raw.cold(TRUE_CMD) if raw is not None and raw.reason is None else None
+        log(f"profile: {opts.profile_samples} instrumented cold starts")
+        try:
+            got.profile = cold_profile(rootfs=rootfs_spec, cgroups=opts.cgroups, samples=opts.profile_samples,
                                        raw_bwrap=raw_fn, log=log)  # fmt: skip
-            except Exception as e:  # noqa: BLE001 - reported
-                profile = {"error": short_error(e)}
-        if "throughput" in metrics:
-            from .scale import throughput
+        except Exception as e:  # noqa: BLE001 - reported
+            got.profile = {"error": short_error(e)}
+    if "throughput" in metrics:
+        from .scale import throughput
 
-            log(f"throughput: concurrency {opts.concurrency}, {opts.window_s} s windows")
-            throughput_rows = throughput(runtimes, rootfs=rootfs_spec, cgroups=opts.cgroups,
+        log(f"throughput: concurrency {opts.concurrency}, {opts.window_s} s windows")
+        got.throughput_rows = throughput(runtimes, rootfs=rootfs_spec, cgroups=opts.cgroups,
                                          concurrencies=opts.concurrency, window_s=opts.window_s,
                                          windows=1 if opts.quick else 2, log=log)  # fmt: skip
-        if "density" in metrics:
-            from .scale import density
+    if "density" in metrics:
+        from .scale import density
 
-            log(f"density: {opts.density} idle sandboxes at once")
-            density_rows = density(runtimes, rootfs=rootfs_spec, cgroups=opts.cgroups, counts=opts.density,
+        log(f"density: {opts.density} idle sandboxes at once")
+        got.density_rows = density(runtimes, rootfs=rootfs_spec, cgroups=opts.cgroups, counts=opts.density,
                                    baseline_max=opts.density_baseline_max, settle_s=0.1 if opts.quick else 0.5,
                                    log=log)  # fmt: skip
-    finally:
-        for rt in runtimes.values():
-            try:
-                rt.cleanup()
-            except Exception as e:  # noqa: BLE001
-                log(f"{rt.name}: cleanup failed: {short_error(e)}")
-        shutil.rmtree(ctx.scratch, ignore_errors=True)
+    return got
 
-    machine["load_avg_end"] = load_avg()
-    doc["params"] = {
+
+def _measure_latency(got: _Measured, opts: BenchOptions, lat_metrics: list[str], runtimes: dict, rootfs_spec: str,
+                     leak: LeakCheck, log) -> None:  # fmt: skip
+    """The interleaved rounds of the latency metrics: their rows and samples into ``got``."""
+    log(f"latency: {', '.join(lat_metrics)}")
+    lat = Latency(lat_metrics, runtimes, rootfs=rootfs_spec, cgroups=opts.cgroups,
+                  exec_per_round=opts.exec_per_round, file_rounds=2 if opts.quick else 50, leak=leak)
+    try:
+        series = lat.build()
+        run_rounds(series, opts.rounds, opts.warmup, progress=log)
+    finally:
+        lat.close()
+    got.results += rows_of_series(series)
+    for s in series:
+        if s.ok and s.samples:
+            got.samples[f"{s.metric}/{s.runtime}"] = [round(v, 4) for v in s.samples]
+
+
+def _measure_agent(got: _Measured, opts: BenchOptions, runtimes: dict, rootfs_spec: str, log) -> None:
+    """The scripted agent episodes: ``got.agent``, and their episode and step rows and samples."""
+    from .episode import agent_episodes
+
+    log(f"agent: {opts.agent_rounds} scripted 20-step episodes per runtime")
+    try:
+        agent = agent_episodes(rootfs=rootfs_spec, cgroups=opts.cgroups, rounds=opts.agent_rounds,
+                               warmup=1, log=log, sandlock=runtimes.get("sandlock"))  # fmt: skip
+    except Exception as e:  # noqa: BLE001 - reported
+        agent = {"series": {}, "steps": {}, "status": {SANDBOXLITE: f"not available: {short_error(e)}"},
+                 "detail": {}}  # fmt: skip
+    got.agent = agent
+    for name, st in agent["status"].items():
+        got.results.append(row_of("agent_episode", name, agent["series"].get(name, []), st))
+    for name, st in agent["status"].items():
+        got.results.append(row_of("agent_step", name, agent["steps"].get(name, []), st))
+    for name, vals in agent["series"].items():
+        if vals:
+            got.samples[f"agent_episode/{name}"] = [round(v, 4) for v in vals]
+
+
+def _params(opts: BenchOptions, metrics: list[str], requested: list[str], rootfs_spec: str, rootfs_path: Any,
+            live_argv: list[str]) -> dict[str, Any]:  # fmt: skip
+    """The JSON's ``params``: how the run was made (``wall_s`` is added once it is over)."""
+    return {
         "rounds": opts.rounds,
         "quick": opts.quick,
         "rootfs": rootfs_spec,
-        "rootfs_path": plan.path,
+        "rootfs_path": rootfs_path,
         "cgroups": opts.cgroups,
         "warmup_rounds": opts.warmup,
         "exec_per_round": opts.exec_per_round,
@@ -262,20 +332,12 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
         "python_executable": sys.executable,
         **opts.extra,
     }
-    doc["first_sandbox"] = first
-    doc["runtimes"] = [rt.describe() for rt in runtimes.values()]
-    doc["results"] = results
-    doc["ratios"] = ratios_of(results)
-    doc["throughput"] = throughput_rows
-    doc["density"] = density_rows
-    doc["agent"] = {"detail": agent["detail"]} if agent else None
-    doc["profile"] = profile
-    doc["targets"] = check_targets(doc)
-    doc["leak_check"] = {"checked": leak.checked, "problems": leak.problems}
-    doc["params"]["wall_s"] = round(time.monotonic() - wall0, 2)
-    if opts.samples_in_json:
-        doc["samples"] = samples
 
+
+def _report(doc: dict[str, Any], samples: dict[str, list[float]], leak: LeakCheck, json_path: Path,
+            opts: BenchOptions, log) -> None:  # fmt: skip
+    """The table, the leak check and the first sandbox in the log; the JSON and the chart written."""
+    first, machine = doc["first_sandbox"], doc["machine"]
     log("")
     log(format_table(doc))
     log(f"\nleak check: {leak.checked} closes/resets checked, "
@@ -293,13 +355,16 @@ def run_bench(opts: BenchOptions, log=_log) -> int:
             log(draw_chart({**doc, "samples": samples}, chart))
         except Exception as e:  # noqa: BLE001 - a chart must not fail the run
             log(f"chart failed: {short_error(e)}")
-    sl_failed = [r for r in results if r["runtime"] == SANDBOXLITE and r["median_ms"] is None]
-    sl_failed += [r for r in throughput_rows if r["runtime"] == SANDBOXLITE and r["status"] != "ok"]
-    sl_failed += [r for r in density_rows if r["runtime"] == SANDBOXLITE and r["status"] != "ok"]
+
+
+def _failures(got: _Measured) -> list[str]:
+    """What failed for sandboxlite itself (a baseline that is not available does not fail the run)."""
+    failures: list[str] = []
+    sl_failed = [r for r in got.results if r["runtime"] == SANDBOXLITE and r["median_ms"] is None]
+    sl_failed += [r for r in got.throughput_rows if r["runtime"] == SANDBOXLITE and r["status"] != "ok"]
+    sl_failed += [r for r in got.density_rows if r["runtime"] == SANDBOXLITE and r["status"] != "ok"]
     for r in sl_failed:
         failures.append(f"{r.get('metric', 'scale')} {r['runtime']}: {r['status']}")
-    if profile and profile.get("error"):
-        failures.append(f"profile: {profile['error']}")
-    for f in failures:
-        log(f"FAILED: {f}")
-    return EXIT_FAILED if failures or leak.problems else EXIT_OK
+    if got.profile and got.profile.get("error"):
+        failures.append(f"profile: {got.profile['error']}")
+    return failures

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from .. import images as rootfs_mod
+from .. import images
 from ..config import SandboxConfig, base_env, check_env_pair, resolve_path
 from ..errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, SetupError, SnapshotError, file_error
 from ..executor.protocol import (
@@ -91,10 +91,10 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
                                 "not layers a mount namespace could stack)",
                                 hint="use namespaces (isolation='namespaces') for snapshots and fork()")  # fmt: skip
         return _start_landlock(config, host, start_timeout=start_timeout, on_phase=on_phase, t0=t0)
-    root = rootfs_mod.resolve(config.rootfs)
+    root = images.resolve(config.rootfs)
     if config.rootfs == "auto" and root.kind == "host":
-        host.warn_once("rootfs-auto-host", f"rootfs='auto': {rootfs_mod.auto_choice()[1]} (build the default "
-                       f"image: sandboxlite rootfs build {rootfs_mod.DEFAULT_PROFILE})")  # fmt: skip
+        host.warn_once("rootfs-auto-host", f"rootfs='auto': {images.auto_choice()[1]} (build the default "
+                       f"image: sandboxlite rootfs build {images.DEFAULT_PROFILE})")  # fmt: skip
     owner = os.stat(root.path).st_uid if root.kind == "dir" else None
     lease, slot, tree_fd, uid_note = _take_slot(host, root, owner)
     pool = net_fd = snaps_fd = None
@@ -163,7 +163,7 @@ def check_snapshot_fits(snapshot: Snapshot, p: JailPlan) -> None:
 def _start_landlock(config: SandboxConfig, host: Host, *, start_timeout: float, on_phase, t0: float) -> "Jail":
     """A sandbox without namespaces (isolation="landlock"): its own directories, then the executor."""
     check_landlock(config)
-    root = rootfs_mod.host_plan()
+    root = images.host_plan()
     lease = None
     if host.uids is not None:  # a root caller's sandbox gets a uid of its own, as with namespaces
         lease = host.uids.lease()
@@ -188,7 +188,7 @@ def _start_landlock(config: SandboxConfig, host: Host, *, start_timeout: float, 
             lease.release()
 
 
-def _take_slot(host: Host, root: rootfs_mod.RootfsPlan, owner: int | None):
+def _take_slot(host: Host, root: images.RootfsPlan, owner: int | None):
     """A root caller's uid of its own (slots.py) and its image idmapped to it: (lease, Slot, the
     idmapped tree's descriptor, a note), or (None, None, None, why the jail shares its uid)."""
     if host.uids is None:
@@ -212,7 +212,7 @@ def _take_slot(host: Host, root: rootfs_mod.RootfsPlan, owner: int | None):
     return lease, slot, tree_fd, ""
 
 
-def preflight(config: SandboxConfig, root: rootfs_mod.RootfsPlan, host: Host, slot: Slot | None = None) -> None:
+def preflight(config: SandboxConfig, root: images.RootfsPlan, host: Host, slot: Slot | None = None) -> None:
     """What must hold before anything is opened: mount sources exist and the jails' uid reaches them."""
     for m in config.mounts:
         if not os.path.exists(m.src):

@@ -39,7 +39,7 @@ import posixpath
 import re
 import shlex
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -202,8 +202,30 @@ def check_env(env: Any, task: Any = None, *, seed: int = 0, acquire_timeout: flo
     start = time.monotonic()
     base = getattr(env, "unwrapped", env)
     options: dict = {"task": task} if task is not None else {}
+    _check_api(env, base)
+    if getattr(base, "acquire_timeout", 0) is None:
+        base.acquire_timeout = acquire_timeout
+    run = _Run(env, seed, options)
 
-    # -- api
+    try:
+        snapshot, marker, pid, left = _check_first_episode(run, base)
+        _check_reset_determinism(run, snapshot)
+        _check_reset_fresh(run, left, marker, pid)
+        _check_malformed_actions(run)
+        _check_episode_end(run, env)
+        held = _hold_for_close(run, base)
+    except BaseException:
+        try:
+            env.close()
+        except Exception:
+            pass
+        raise
+    _check_close(env, base, held)
+    return {"rules": list(RULES), "seconds": round(time.monotonic() - start, 3)}
+
+
+def _check_api(env: Any, base: Any) -> None:
+    """Rule api: the methods, reset's parameters, the spaces, and the sandbox and pool attributes."""
     for name in ("reset", "step", "close"):
         _expect(callable(getattr(env, name, None)), "api", f"the env has no {name}() method")
     try:
@@ -218,92 +240,111 @@ def check_env(env: Any, task: Any = None, *, seed: int = 0, acquire_timeout: flo
                 f"the env has no {space} with contains()")  # fmt: skip
     _expect(hasattr(base, "sandbox") and hasattr(base, "pool"), "api",
             "the env must expose .sandbox (the held sandbox) and .pool (where it comes from)")  # fmt: skip
-    if getattr(base, "acquire_timeout", 0) is None:
-        base.acquire_timeout = acquire_timeout
-    run = _Run(env, seed, options)
 
+
+def _check_first_episode(run: _Run, base: Any) -> tuple[str, str, str, list[psutil.Process]]:
+    """Rules reset-return, reset-sandbox, step-return: the first reset's observation (as JSON), and
+    what the first step left behind for reset-fresh (the marker file's quoted path, the background
+    pid and its host processes)."""
+    obs0, _ = run.reset("reset-return")
+    snapshot = json.dumps(obs0, sort_keys=True)
+    sb = base.sandbox
+    _expect(sb is not None and sb.alive(), "reset-sandbox", "after reset the env holds no live sandbox")
+    marker = shlex.quote(posixpath.join(Paths.of(sb).workdir, MARKER_NAME))
+
+    # -- step-return (leaves a file and a background process behind)
+    obs, _, terminated, truncated, _ = run.step(
+        "step-return", _bash(f"echo left-behind > {marker}; sleep 1717 >/dev/null 2>&1 & echo pid=$!"))
+    _expect(not terminated and not truncated, "step-return",
+            f"an ordinary tool call ended the episode (terminated={terminated}, truncated={truncated})")
+    m = re.search(r"pid=(\d+)", _text(obs))
+    _expect(m is not None, "step-return", f"the tool's output is not in the observation: {_text(obs)!r:.300}")
+    pid = m.group(1)
+    left = _jail_processes(sb, "sleep 1717")
+    _expect(left, "step-return", "the background process the tool call started is not running")
+    return snapshot, marker, pid, left
+
+
+def _check_reset_determinism(run: _Run, snapshot: str) -> None:
+    """Rule reset-determinism: equal observations, sharing no object with earlier ones."""
+    obs1, _ = run.reset("reset-determinism")
+    _expect(json.dumps(obs1, sort_keys=True) == snapshot, "reset-determinism",
+            "two resets with the same seed and task gave different observations")  # fmt: skip
+    obs1[0]["content"] = (obs1[0]["content"] or "") + " (modified by check_env)"
+    obs1.append({"role": "user", "content": "appended by check_env"})
+    obs2, _ = run.reset("reset-determinism")
+    _expect(json.dumps(obs2, sort_keys=True) == snapshot, "reset-determinism",
+            "a reset observation shares objects with an earlier one (modifying it changed the next)")  # fmt: skip
+
+
+def _check_reset_fresh(run: _Run, left: list[psutil.Process], marker: str, pid: str) -> None:
+    """Rule reset-fresh: the first episode's file and process are gone."""
+    _expect(_gone(left), "reset-fresh", "a process of the previous episode is still running after reset")
+    obs, *_ = run.step("reset-fresh", _bash(
+        f"test -e {marker} && echo file=present || echo file=absent; "
+        f"kill -0 {pid} 2>/dev/null && echo proc=alive || echo proc=gone"))  # fmt: skip
+    text = _text(obs)
+    _expect("file=absent" in text, "reset-fresh", "a file written in the previous episode is still there")
+    _expect("proc=gone" in text, "reset-fresh", "a process of the previous episode is visible after reset")
+
+
+def _check_malformed_actions(run: _Run) -> None:
+    """Rule malformed-action (each in a fresh episode: format errors in a row may truncate)."""
+    bad_actions = [None, 12345, "<tool_call>{not json", {"role": "assistant", "tool_calls": [{"function": {}}]},
+                   {"role": "user", "content": "hello"}]  # fmt: skip
+    for bad in bad_actions:
+        run.reset("malformed-action")
+        obs, _, terminated, _, _ = run.step("malformed-action", bad)
+        _expect(obs and obs[-1]["role"] == "user" and obs[-1].get("content"), "malformed-action",
+                f"step({bad!r}) was not answered by a user message, got {obs!r:.200}")  # fmt: skip
+        _expect(not terminated, "malformed-action", f"step({bad!r}) terminated the episode")
+
+
+def _check_episode_end(run: _Run, env: Any) -> None:
+    """Rules terminated-on-submit, step-after-end, truncation."""
+    run.reset("terminated-on-submit")
+    _, _, terminated, truncated, _ = run.step("terminated-on-submit", _call("submit", {}, "check_submit"))
+    _expect(terminated and not truncated, "terminated-on-submit",
+            f"submit gave terminated={terminated}, truncated={truncated}")  # fmt: skip
     try:
-        # -- reset-return, reset-sandbox
-        obs0, _ = run.reset("reset-return")
-        snapshot = json.dumps(obs0, sort_keys=True)
-        sb = base.sandbox
-        _expect(sb is not None and sb.alive(), "reset-sandbox", "after reset the env holds no live sandbox")
-        marker = shlex.quote(posixpath.join(Paths.of(sb).workdir, MARKER_NAME))
+        env.step(_bash("echo after-the-end"))
+    except Exception:
+        pass
+    else:
+        raise EnvCheckError("step-after-end", "step after a terminated episode did not raise")
 
-        # -- step-return (leaves a file and a background process behind)
-        obs, _, terminated, truncated, _ = run.step(
-            "step-return", _bash(f"echo left-behind > {marker}; sleep 1717 >/dev/null 2>&1 & echo pid=$!"))
-        _expect(not terminated and not truncated, "step-return",
-                f"an ordinary tool call ended the episode (terminated={terminated}, truncated={truncated})")
-        m = re.search(r"pid=(\d+)", _text(obs))
-        _expect(m is not None, "step-return", f"the tool's output is not in the observation: {_text(obs)!r:.300}")
-        pid = m.group(1)
-        left = _jail_processes(sb, "sleep 1717")
-        _expect(left, "step-return", "the background process the tool call started is not running")
+    run.reset("truncation", max_steps=1)
+    _, _, terminated, truncated, _ = run.step("truncation", _bash("echo one"))
+    _expect(truncated and not terminated, "truncation",
+            f"with max_steps=1 the first step gave terminated={terminated}, truncated={truncated}")  # fmt: skip
 
-        # -- reset-determinism
-        obs1, _ = run.reset("reset-determinism")
-        _expect(json.dumps(obs1, sort_keys=True) == snapshot, "reset-determinism",
-                "two resets with the same seed and task gave different observations")  # fmt: skip
-        obs1[0]["content"] = (obs1[0]["content"] or "") + " (modified by check_env)"
-        obs1.append({"role": "user", "content": "appended by check_env"})
-        obs2, _ = run.reset("reset-determinism")
-        _expect(json.dumps(obs2, sort_keys=True) == snapshot, "reset-determinism",
-                "a reset observation shares objects with an earlier one (modifying it changed the next)")  # fmt: skip
 
-        # -- reset-fresh
-        _expect(_gone(left), "reset-fresh", "a process of the previous episode is still running after reset")
-        obs, *_ = run.step("reset-fresh", _bash(
-            f"test -e {marker} && echo file=present || echo file=absent; "
-            f"kill -0 {pid} 2>/dev/null && echo proc=alive || echo proc=gone"))  # fmt: skip
-        text = _text(obs)
-        _expect("file=absent" in text, "reset-fresh", "a file written in the previous episode is still there")
-        _expect("proc=gone" in text, "reset-fresh", "a process of the previous episode is visible after reset")
+class _Held(NamedTuple):
+    """The episode that close() ends in the no-leak rule."""
 
-        # -- malformed-action (each in a fresh episode: format errors in a row may truncate)
-        bad_actions = [None, 12345, "<tool_call>{not json", {"role": "assistant", "tool_calls": [{"function": {}}]},
-                       {"role": "user", "content": "hello"}]  # fmt: skip
-        for bad in bad_actions:
-            run.reset("malformed-action")
-            obs, _, terminated, _, _ = run.step("malformed-action", bad)
-            _expect(obs and obs[-1]["role"] == "user" and obs[-1].get("content"), "malformed-action",
-                    f"step({bad!r}) was not answered by a user message, got {obs!r:.200}")  # fmt: skip
-            _expect(not terminated, "malformed-action", f"step({bad!r}) terminated the episode")
+    sandbox: Any  # the sandbox it holds
+    pool: Any  # where that comes from
+    procs: list[psutil.Process]  # the background process started in it
+    in_use: int | None  # the pool's sandboxes in use then (None: the pool does not say)
+    own: bool  # the pool is the env's own (close() closes the sandbox rather than giving it back)
 
-        # -- terminated-on-submit, step-after-end
-        run.reset("terminated-on-submit")
-        _, _, terminated, truncated, _ = run.step("terminated-on-submit", _call("submit", {}, "check_submit"))
-        _expect(terminated and not truncated, "terminated-on-submit",
-                f"submit gave terminated={terminated}, truncated={truncated}")  # fmt: skip
-        try:
-            env.step(_bash("echo after-the-end"))
-        except Exception:
-            pass
-        else:
-            raise EnvCheckError("step-after-end", "step after a terminated episode did not raise")
 
-        # -- truncation
-        run.reset("truncation", max_steps=1)
-        _, _, terminated, truncated, _ = run.step("truncation", _bash("echo one"))
-        _expect(truncated and not terminated, "truncation",
-                f"with max_steps=1 the first step gave terminated={terminated}, truncated={truncated}")  # fmt: skip
+def _hold_for_close(run: _Run, base: Any) -> _Held:
+    """An episode holding a sandbox with a process in it, for close() to end (rule no-leak)."""
+    run.reset("no-leak")
+    run.step("no-leak", _bash("sleep 1718 >/dev/null 2>&1 & echo started"))
+    held, pool = base.sandbox, base.pool
+    _expect(held is not None, "no-leak", "the env holds no sandbox during an episode")
+    procs = _jail_processes(held, "sleep 1718")
+    _expect(procs, "no-leak", "the background process the episode started is not running")
+    in_use = pool.in_use if pool is not None and hasattr(pool, "in_use") else None
+    own = getattr(base, "_own_pool", False)
+    return _Held(held, pool, procs, in_use, own)
 
-        # -- close-idempotent, no-leak: close while an episode holds a sandbox with a process in it
-        run.reset("no-leak")
-        run.step("no-leak", _bash("sleep 1718 >/dev/null 2>&1 & echo started"))
-        held, pool = base.sandbox, base.pool
-        _expect(held is not None, "no-leak", "the env holds no sandbox during an episode")
-        procs = _jail_processes(held, "sleep 1718")
-        _expect(procs, "no-leak", "the background process the episode started is not running")
-        in_use = pool.in_use if pool is not None and hasattr(pool, "in_use") else None
-        own = getattr(base, "_own_pool", False)
-    except BaseException:
-        try:
-            env.close()
-        except Exception:
-            pass
-        raise
 
+def _check_close(env: Any, base: Any, episode: _Held) -> None:
+    """Rules close-idempotent, no-leak: close twice while ``episode`` holds a sandbox."""
+    held, pool, procs, in_use, own = episode
     try:
         env.close()
         env.close()
@@ -316,4 +357,3 @@ def check_env(env: Any, task: Any = None, *, seed: int = 0, acquire_timeout: flo
         _expect(pool.in_use == in_use - 1, "no-leak", "close() did not give the sandbox back to the pool "
                 f"(in use: {in_use} before, {pool.in_use} after)")
     _expect(_gone(procs), "no-leak", "a process started in the episode survived close()")
-    return {"rules": list(RULES), "seconds": round(time.monotonic() - start, 3)}

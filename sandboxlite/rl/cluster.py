@@ -231,6 +231,36 @@ def _trajectory(d: dict) -> Trajectory:
     return traj
 
 
+_Job = tuple[str, int, int, int]  # (kind: "prepare" or "episode", group, sample, attempt)
+
+
+@dataclass
+class _Jobs:
+    """The bookkeeping of one ``RayRollouts.run_groups``: the jobs queued and in flight, and what came back."""
+
+    tasks: list[Task]
+    group_size: int
+    seed: int
+    policy: Any  # the object ref of the policy (or of its _Factory)
+    options: dict[str, Any]  # the env's options
+    load: dict[str, int]  # actor -> its jobs in flight
+    prepare: Any = None  # the object ref of the preparation (None: there is none)
+    ship: bool = False  # prepared snapshots are exported for the other nodes (the actors span several)
+    # a group's episodes are queued once its preparation is done
+    queue: deque[_Job] = field(default_factory=deque)
+    inflight: dict[Any, tuple[_Job, str]] = field(default_factory=dict)  # ref -> (the job, its actor)
+    exports: dict[Any, Any] = field(default_factory=dict)  # a preparation's ref -> the ref of its export
+    # group -> (its snapshot's name, [the ref of its export, or None])
+    prepared: dict[int, tuple[str, list]] = field(default_factory=dict)
+    results: dict[tuple[int, int], Trajectory] = field(default_factory=dict)
+    prepare_s: list[float] = field(init=False)  # by group: how long its preparation took
+    task_dicts: list[dict] = field(init=False)  # the tasks as the actors get them
+
+    def __post_init__(self) -> None:
+        self.prepare_s = [0.0] * len(self.tasks)
+        self.task_dicts = [t.to_dict() for t in self.tasks]
+
+
 class RayRollouts:
     def __init__(
         self,
@@ -305,94 +335,96 @@ class RayRollouts:
         check_prepare(prepare)
         task_list = [as_task(t) for t in tasks]
         shipped = ray.put(_Factory(policy_factory) if policy_factory is not None else policy)
-        options = dict(env_options or {})
-        # jobs: (kind, group, sample, attempt); a group's episodes are queued once its preparation is done
-        queue: deque[tuple[str, int, int, int]] = deque()
+        jobs = _Jobs(task_list, group_size, seed, shipped, dict(env_options or {}),
+                     load={name: 0 for name in self.actors})  # fmt: skip
         if prepare is not None:
-            shipped_prepare = ray.put(prepare)
-            ship = len({info.get("node_id") for info in self.actor_info.values()}) > 1  # (a store per node)
-            queue.extend(("prepare", g, 0, 1) for g in range(len(task_list)))
+            jobs.prepare = ray.put(prepare)
+            jobs.ship = len({info.get("node_id") for info in self.actor_info.values()}) > 1  # (a store per node)
+            jobs.queue.extend(("prepare", g, 0, 1) for g in range(len(task_list)))
         else:
-            queue.extend(("episode", g, k, 1) for g in range(len(task_list)) for k in range(group_size))
-        prepared: dict[int, tuple[str, list]] = {}  # group -> (snapshot name, [ref of its export or None])
-        prepare_s = [0.0] * len(task_list)
-        exports: dict[Any, Any] = {}  # a preparation's ref -> the ref of its export
-        results: dict[tuple[int, int], Trajectory] = {}
-        inflight: dict[Any, tuple[tuple[str, int, int, int], str]] = {}
-        load = {name: 0 for name in self.actors}
-        task_dicts = [t.to_dict() for t in task_list]
-
-        def prepare_failed(g: int, why: str) -> None:
-            for k in range(group_size):
-                results[(g, k)] = self._failed(task_list[g], k, f"prepare failed: {why}")
-
+            jobs.queue.extend(("episode", g, k, 1) for g in range(len(task_list)) for k in range(group_size))
         try:
-            while queue or inflight:
-                while queue and any(load[a] < self.capacity for a in self.actors):
-                    name = min(self.actors, key=lambda a: load[a])  # least loaded live actor
-                    job = queue.popleft()
-                    kind, g, k, attempt = job
-                    if kind == "prepare":
-                        ref, exports_ref = self.actors[name].prepare.options(num_returns=2).remote(
-                            shipped_prepare, task_dicts[g], ship)  # fmt: skip
-                        exports[ref] = exports_ref
-                    else:
-                        ref = self.actors[name].run_episode.remote(f"{g}:{k}", shipped, task_dicts[g], k,
-                                                                   seed + g * group_size + k, options,
-                                                                   prepared.get(g))  # fmt: skip
-                    inflight[ref] = (job, name)
-                    load[name] += 1
-                if not inflight:
-                    raise SetupError(f"no live pool actor is left ({len(self.stats.actors_lost)} lost: "
-                                     f"{', '.join(self.stats.actors_lost)}); {len(queue)} jobs not run")  # fmt: skip
-                done, _ = ray.wait(list(inflight), num_returns=1)
-                ref = done[0]
-                (kind, g, k, attempt), name = inflight.pop(ref)
-                export_ref = exports.pop(ref, None)
-                if name in load:
-                    load[name] -= 1
-                try:
-                    d = ray.get(ref)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
-                    self._lost(name)
-                    if attempt < self.max_attempts:
-                        self.stats.retried += 1
-                        queue.appendleft((kind, g, k, attempt + 1))
-                    elif kind == "prepare":
-                        prepare_failed(g, f"gave up after {attempt} attempts: {e}")
-                    else:
-                        self.stats.failed += 1
-                        results[(g, k)] = self._failed(task_list[g], k, f"gave up after {attempt} attempts: {e}")
-                    continue
-                except ray.exceptions.RayTaskError as e:  # a bug in the episode code itself: recorded, not retried
-                    if kind == "prepare":
-                        prepare_failed(g, f"{type(e).__name__}: {e}")
-                    else:
-                        results[(g, k)] = self._failed(task_list[g], k, f"{type(e).__name__}: {e}")
-                    continue
-                if kind == "prepare":
-                    prepare_s[g] = d["prepare_s"]
-                    if "error" in d:
-                        prepare_failed(g, d["error"])
-                    else:
-                        prepared[g] = (d["name"], [export_ref if ship else None])
-                        queue.extend(("episode", g, k, 1) for k in range(group_size))
-                    continue
-                if (g, k) in results:  # never counted twice
-                    continue
-                d["attempts"] = attempt
-                results[(g, k)] = _trajectory(d)
-                self.stats.episodes += 1
+            while jobs.queue or jobs.inflight:
+                self._send(jobs)
+                if not jobs.inflight:
+                    lost = self.stats.actors_lost
+                    raise SetupError(f"no live pool actor is left ({len(lost)} lost: {', '.join(lost)}); "
+                                     f"{len(jobs.queue)} jobs not run")  # fmt: skip
+                self._receive(ray, jobs)
         finally:
-            if prepared and not keep_snapshots:
-                self._drop_snapshots(sorted({name for name, _ in prepared.values()}))
+            if jobs.prepared and not keep_snapshots:
+                self._drop_snapshots(sorted({name for name, _ in jobs.prepared.values()}))
         groups = []
         for g, task in enumerate(task_list):
-            group = Group(task, [results[(g, k)] for k in range(group_size)])
-            group.snapshot, group.prepare_s = (prepared[g][0] if g in prepared else None), prepare_s[g]
+            group = Group(task, [jobs.results[(g, k)] for k in range(group_size)])
+            group.snapshot, group.prepare_s = (jobs.prepared[g][0] if g in jobs.prepared else None), jobs.prepare_s[g]
             group.compute_advantages(scale=scale_advantages)
             groups.append(group)
         return groups
+
+    def _send(self, jobs: _Jobs) -> None:
+        """Queued jobs to the least loaded live actors, while one of them has room."""
+        while jobs.queue and any(jobs.load[a] < self.capacity for a in self.actors):
+            name = min(self.actors, key=lambda a: jobs.load[a])  # least loaded live actor
+            job = jobs.queue.popleft()
+            kind, g, k, _ = job
+            if kind == "prepare":
+                ref, exports_ref = self.actors[name].prepare.options(num_returns=2).remote(
+                    jobs.prepare, jobs.task_dicts[g], jobs.ship)  # fmt: skip
+                jobs.exports[ref] = exports_ref
+            else:
+                ref = self.actors[name].run_episode.remote(f"{g}:{k}", jobs.policy, jobs.task_dicts[g], k,
+                                                           jobs.seed + g * jobs.group_size + k, jobs.options,
+                                                           jobs.prepared.get(g))  # fmt: skip
+            jobs.inflight[ref] = (job, name)
+            jobs.load[name] += 1
+
+    def _receive(self, ray: Any, jobs: _Jobs) -> None:
+        """Wait for one job in flight and record what it gave: a trajectory, a prepared snapshot (the
+        group's episodes queued), or a failure (sent again when its actor died, up to max_attempts)."""
+        done, _ = ray.wait(list(jobs.inflight), num_returns=1)
+        ref = done[0]
+        (kind, g, k, attempt), name = jobs.inflight.pop(ref)
+        export_ref = jobs.exports.pop(ref, None)
+        if name in jobs.load:
+            jobs.load[name] -= 1
+        try:
+            d = ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+            self._lost(name)
+            if attempt < self.max_attempts:
+                self.stats.retried += 1
+                jobs.queue.appendleft((kind, g, k, attempt + 1))
+            elif kind == "prepare":
+                self._prepare_failed(jobs, g, f"gave up after {attempt} attempts: {e}")
+            else:
+                self.stats.failed += 1
+                jobs.results[(g, k)] = self._failed(jobs.tasks[g], k, f"gave up after {attempt} attempts: {e}")
+            return
+        except ray.exceptions.RayTaskError as e:  # a bug in the episode code itself: recorded, not retried
+            if kind == "prepare":
+                self._prepare_failed(jobs, g, f"{type(e).__name__}: {e}")
+            else:
+                jobs.results[(g, k)] = self._failed(jobs.tasks[g], k, f"{type(e).__name__}: {e}")
+            return
+        if kind == "prepare":
+            jobs.prepare_s[g] = d["prepare_s"]
+            if "error" in d:
+                self._prepare_failed(jobs, g, d["error"])
+            else:
+                jobs.prepared[g] = (d["name"], [export_ref if jobs.ship else None])
+                jobs.queue.extend(("episode", g, k, 1) for k in range(jobs.group_size))
+            return
+        if (g, k) in jobs.results:  # never counted twice
+            return
+        d["attempts"] = attempt
+        jobs.results[(g, k)] = _trajectory(d)
+        self.stats.episodes += 1
+
+    def _prepare_failed(self, jobs: _Jobs, g: int, why: str) -> None:
+        """Every episode of group ``g`` recorded as failed: its preparation did."""
+        for k in range(jobs.group_size):
+            jobs.results[(g, k)] = self._failed(jobs.tasks[g], k, f"prepare failed: {why}")
 
     def _drop_snapshots(self, names: list[str]) -> None:
         """Every live actor removes those of ``names`` it prepared or imported."""

@@ -394,57 +394,13 @@ async def arun_groups(
         cfg = config or SandboxConfig(rootfs=task_list[0].rootfs, network=task_list[0].network)
         pool = await asyncio.to_thread(SandboxPool, cfg, size=size)
     assert pool is not None
-    concurrency = concurrency or pool.size
-    executor = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="sandboxlite-rl")
-    running = asyncio.Semaphore(concurrency)
-    policy_limit = asyncio.Semaphore(policy_concurrency) if policy_concurrency else None
-    shared = _PolicyCaller(policy, executor, policy_limit) if policy is not None else None
-    options = dict(env_options or {})
-    prepared: list[Snapshot | BaseException | None] = [None] * len(task_list)
-    prepare_s = [0.0] * len(task_list)
-
-    async def prep(i: int, task: Task) -> None:
-        async with running:
-            loop = asyncio.get_running_loop()
-            sb = await pool.acquire_async()
-            t0 = time.perf_counter()
-            try:
-                prepared[i] = await loop.run_in_executor(executor, _prepared, prepare, sb, task)
-            except Exception as e:  # recorded in the group's episodes
-                prepared[i] = e
-            finally:
-                prepare_s[i] = time.perf_counter() - t0
-                await loop.run_in_executor(executor, pool.release, sb)
-
-    async def one(task: Task, k: int, ep_seed: int, i: int) -> Trajectory:
-        snap = prepared[i]
-        if isinstance(snap, BaseException):
-            failed = Trajectory(task_id=task.id, sample=k, seed=ep_seed,
-                                error=f"prepare failed: {type(snap).__name__}: {snap}")  # fmt: skip
-            if on_trajectory is not None:
-                on_trajectory(failed)
-            return failed
-        async with running:
-            env = SandboxEnv(pool=pool, **options)
-            try:
-                if shared is not None:
-                    caller = shared
-                else:
-                    assert policy_factory is not None
-                    caller = _PolicyCaller(policy_factory(task, k, ep_seed), executor, policy_limit)
-            except Exception as e:  # the factory failed for this episode
-                env.close()
-                return Trajectory(task_id=task.id, sample=k, seed=ep_seed, error=f"{type(e).__name__}: {e}",
-                                  traceback=traceback.format_exc())  # fmt: skip
-            traj = await _episode(env, task, k, ep_seed, caller, executor, tokenize_observation, snap)
-            if on_trajectory is not None:
-                on_trajectory(traj)
-            return traj
-
+    run = _GroupRun(pool, concurrency or pool.size, len(task_list), policy, policy_factory, policy_concurrency,
+                    dict(env_options or {}), tokenize_observation, on_trajectory)  # fmt: skip
     try:
         if prepare is not None:
-            await asyncio.gather(*(prep(i, t) for i, t in enumerate(task_list)))
-        jobs = [one(t, k, seed + i * group_size + k, i) for i, t in enumerate(task_list) for k in range(group_size)]
+            await asyncio.gather(*(run.prepare(prepare, i, t) for i, t in enumerate(task_list)))
+        jobs = [run.episode(t, k, seed + i * group_size + k, i)
+                for i, t in enumerate(task_list) for k in range(group_size)]  # fmt: skip
         # return_exceptions=True: on cancellation, gather returns only when every episode has run its
         # cleanup (with False it gives up at the first cancelled episode, sandboxes still held)
         results = await asyncio.gather(*jobs, return_exceptions=True)
@@ -452,19 +408,78 @@ async def arun_groups(
             if isinstance(r, BaseException):  # (episodes record their own errors: this is a bug)
                 raise r
     finally:
-        executor.shutdown(wait=False)
+        run.executor.shutdown(wait=False)
         if own_pool:
             pool.close()
         if not keep_snapshots:
-            _remove_snapshots([s for s in prepared if isinstance(s, Snapshot)])
+            _remove_snapshots([s for s in run.prepared if isinstance(s, Snapshot)])
     groups = []
     for i, task in enumerate(task_list):
         g = Group(task, list(results[i * group_size : (i + 1) * group_size]))
-        snap = prepared[i]
-        g.snapshot, g.prepare_s = (snap.name if isinstance(snap, Snapshot) else None), prepare_s[i]
+        snap = run.prepared[i]
+        g.snapshot, g.prepare_s = (snap.name if isinstance(snap, Snapshot) else None), run.prepare_s[i]
         g.compute_advantages(scale=scale_advantages)
         groups.append(g)
     return groups
+
+
+class _GroupRun:
+    """What the episodes of one ``arun_groups`` share: the pool, the worker threads, the bounds on
+    episodes and policy calls at once, and each task's prepared state."""
+
+    def __init__(self, pool: SandboxPool, concurrency: int, tasks: int, policy: Any,
+                 policy_factory: Callable[[Task, int, int], Any] | None, policy_concurrency: int | None,
+                 options: dict[str, Any], tokenize_observation: Callable[[list[dict]], list[int]] | None,
+                 on_trajectory: Callable[[Trajectory], None] | None) -> None:  # fmt: skip
+        self.pool = pool
+        self.executor = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="sandboxlite-rl")
+        self.running = asyncio.Semaphore(concurrency)
+        self.policy_limit = asyncio.Semaphore(policy_concurrency) if policy_concurrency else None
+        self.shared = _PolicyCaller(policy, self.executor, self.policy_limit) if policy is not None else None
+        self.policy_factory, self.options = policy_factory, options
+        self.tokenize_observation, self.on_trajectory = tokenize_observation, on_trajectory
+        self.prepared: list[Snapshot | BaseException | None] = [None] * tasks  # by task: its snapshot, or the error
+        self.prepare_s = [0.0] * tasks
+
+    async def prepare(self, prepare: Callable[..., Any], i: int, task: Task) -> None:
+        """Run ``prepare`` for task ``i`` in a sandbox of the pool, and keep its snapshot (or error)."""
+        async with self.running:
+            loop = asyncio.get_running_loop()
+            sb = await self.pool.acquire_async()
+            t0 = time.perf_counter()
+            try:
+                self.prepared[i] = await loop.run_in_executor(self.executor, _prepared, prepare, sb, task)
+            except Exception as e:  # recorded in the group's episodes
+                self.prepared[i] = e
+            finally:
+                self.prepare_s[i] = time.perf_counter() - t0
+                await loop.run_in_executor(self.executor, self.pool.release, sb)
+
+    async def episode(self, task: Task, k: int, ep_seed: int, i: int) -> Trajectory:
+        """Episode ``k`` of task ``i``, from its prepared state (recorded as failed when that failed)."""
+        snap = self.prepared[i]
+        if isinstance(snap, BaseException):
+            failed = Trajectory(task_id=task.id, sample=k, seed=ep_seed,
+                                error=f"prepare failed: {type(snap).__name__}: {snap}")  # fmt: skip
+            if self.on_trajectory is not None:
+                self.on_trajectory(failed)
+            return failed
+        async with self.running:
+            env = SandboxEnv(pool=self.pool, **self.options)
+            try:
+                if self.shared is not None:
+                    caller = self.shared
+                else:
+                    assert self.policy_factory is not None
+                    caller = _PolicyCaller(self.policy_factory(task, k, ep_seed), self.executor, self.policy_limit)
+            except Exception as e:  # the factory failed for this episode
+                env.close()
+                return Trajectory(task_id=task.id, sample=k, seed=ep_seed, error=f"{type(e).__name__}: {e}",
+                                  traceback=traceback.format_exc())  # fmt: skip
+            traj = await _episode(env, task, k, ep_seed, caller, self.executor, self.tokenize_observation, snap)
+            if self.on_trajectory is not None:
+                self.on_trajectory(traj)
+            return traj
 
 
 def check_prepare(prepare: Any) -> None:

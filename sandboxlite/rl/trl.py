@@ -169,16 +169,41 @@ def _parse_row(row: Mapping[str, Any]) -> _Row:
     if metadata is not None and not isinstance(metadata, Mapping):
         raise ConfigError("metadata", f"expected an object, got {type(metadata).__name__}")
     meta = dict(metadata or {})
+    query, has_prompt = _row_query(row)
+    input_files = _row_input_files(row)
+    input_dir, input_path = _row_input_place(row, input_files)
+    scorer, domain = _row_scoring(row, meta)
+    ground_truth, reference = _row_reference(row, meta, domain)
+    _, tolerance = _pick(row, meta, "tolerance")
+    if tolerance is None:
+        tolerance = 1e-6
+    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not tolerance >= 0:
+        raise ConfigError("tolerance", f"expected a non-negative number, got {tolerance!r}")
+    _, letters = _pick(row, meta, "letters")
+    if letters is not None and not (isinstance(letters, str) and letters.isalpha()):
+        raise ConfigError("letters", f"expected the option letters as text (e.g. 'ABCD'), got {letters!r}")
+    if domain is not None and reference is None:
+        reference = _domain_reference(domain, ground_truth, query, letters, row, meta)
+    _, raw_id = _pick(row, meta, "id", "task_id", "uid")
+    return _Row(id=str(raw_id) if raw_id is not None else "trl", query=query, has_prompt=has_prompt,
+                input_files=input_files, input_dir=input_dir, input_path=input_path,
+                scorer=scorer if domain is None else None,
+                domain=domain, reference=dict(reference) if reference is not None else None,
+                ground_truth=ground_truth, tolerance=float(tolerance), letters=letters)  # fmt: skip
 
-    def pick(*keys: str) -> tuple[str | None, Any]:
-        """The first of ``keys`` the row (else its metadata) has, and its value."""
-        for source in (row, meta):
-            for k in keys:
-                if not _missing(source.get(k)):
-                    return k, source[k]
-        return None, None
 
-    # the question
+def _pick(row: Mapping[str, Any], meta: Mapping[str, Any], *keys: str) -> tuple[str | None, Any]:
+    """The first of ``keys`` the row (else its metadata) has, and its value."""
+    for source in (row, meta):
+        for k in keys:
+            if not _missing(source.get(k)):
+                return k, source[k]
+    return None, None
+
+
+def _row_query(row: Mapping[str, Any]) -> tuple[str, bool]:
+    """The row's question, and whether it has a chat ``prompt`` (whose last user message is the
+    question when no query key is given)."""
     prompt = row.get("prompt")
     has_prompt = prompt is not None
     query_key = next((k for k in _QUERY_KEYS if not _missing(row.get(k))), "query")
@@ -191,8 +216,11 @@ def _parse_row(row: Mapping[str, Any]) -> _Row:
     elif _missing(query):
         raise ConfigError("query", "the row has neither a 'query' (the task's text) nor a 'prompt' (chat messages)")
     assert isinstance(query, str)
+    return query, has_prompt
 
-    # input files
+
+def _row_input_files(row: Mapping[str, Any]) -> dict[str, str]:
+    """The row's ``input_files`` (an object, or JSON text of one), checked: relative names, text."""
     files = _json_field("input_files", row.get("input_files"), "(an object mapping file names to text)")
     if files is None:
         files = {}
@@ -209,6 +237,12 @@ def _parse_row(row: Mapping[str, Any]) -> _Row:
         if not isinstance(text, str):
             raise ConfigError(where, f"expected text (a string), got {type(text).__name__}")
         input_files[name] = text
+    return input_files
+
+
+def _row_input_place(row: Mapping[str, Any], input_files: dict[str, str]) -> tuple[str | None, str | None]:
+    """The row's ``input_dir`` (a host directory, instead of ``input_files``) and ``input_path`` (where
+    the inputs go in the sandbox), checked."""
     input_dir = row.get("input_dir")  # a task's host directory (Task.input_dir)
     if input_dir is not None:
         if not isinstance(input_dir, str) or not os.path.isdir(input_dir):
@@ -222,9 +256,12 @@ def _parse_row(row: Mapping[str, Any]) -> _Row:
                 or ".." in parts or "\0" in input_path or len(parts) < 2:  # fmt: skip
             raise ConfigError("input_path", f"expected a sandbox directory under {DEFAULT_WORKDIR} or /tmp "
                               f"(not the directory itself), got {input_path!r:.60}")  # fmt: skip
+    return input_dir, input_path
 
-    # how it is scored
-    _, scorer = pick("scorer")
+
+def _row_scoring(row: Mapping[str, Any], meta: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """How the row is scored: (a custom ``scorer``, an eval ``domain``), at most one of them."""
+    _, scorer = _pick(row, meta, "scorer")
     domain = row.get("domain")
     if _missing(domain) and meta.get("reference") is not None:  # a task of domain_tasks: its metadata
         domain = meta.get("domain")  # (alone, a task's metadata domain is only a label, e.g. "demo")
@@ -241,8 +278,14 @@ def _parse_row(row: Mapping[str, Any]) -> _Row:
                               hint="a custom scoring (exact, numeric, ...) is chosen with 'scorer'")  # fmt: skip
     if scorer is not None and domain is not None:
         raise ConfigError("scorer", f"give either scorer ({scorer!r}) or domain ({domain!r}), not both")
-    answer_key, ground_truth = pick(*_ANSWER_KEYS)
-    _, reference = pick("reference")
+    return scorer, domain
+
+
+def _row_reference(row: Mapping[str, Any], meta: Mapping[str, Any], domain: str | None) -> tuple[Any, Any]:
+    """What the answer is scored against: (the ground truth, a domain's reference object), at least
+    one of them, and the ground truth when there is no domain to read the reference."""
+    answer_key, ground_truth = _pick(row, meta, *_ANSWER_KEYS)
+    _, reference = _pick(row, meta, "reference")
     reference = _json_field("reference", reference, "(a domain's reference object)")
     if reference is not None and not isinstance(reference, Mapping):
         raise ConfigError("reference", f"expected an object (a domain's reference), got {type(reference).__name__}")
@@ -256,22 +299,7 @@ def _parse_row(row: Mapping[str, Any]) -> _Row:
     if domain is None and ground_truth is None:
         raise ConfigError("ground_truth", "a 'reference' object needs a 'domain' (whose scorer reads it); "
                           "the custom scorers compare with 'ground_truth' (or 'answer')")  # fmt: skip
-    _, tolerance = pick("tolerance")
-    if tolerance is None:
-        tolerance = 1e-6
-    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not tolerance >= 0:
-        raise ConfigError("tolerance", f"expected a non-negative number, got {tolerance!r}")
-    _, letters = pick("letters")
-    if letters is not None and not (isinstance(letters, str) and letters.isalpha()):
-        raise ConfigError("letters", f"expected the option letters as text (e.g. 'ABCD'), got {letters!r}")
-    if domain is not None and reference is None:
-        reference = _domain_reference(domain, ground_truth, query, letters, row, meta)
-    _, raw_id = pick("id", "task_id", "uid")
-    return _Row(id=str(raw_id) if raw_id is not None else "trl", query=query, has_prompt=has_prompt,
-                input_files=input_files, input_dir=input_dir, input_path=input_path,
-                scorer=scorer if domain is None else None,
-                domain=domain, reference=dict(reference) if reference is not None else None,
-                ground_truth=ground_truth, tolerance=float(tolerance), letters=letters)  # fmt: skip
+    return ground_truth, reference
 
 
 def _answers(ground_truth: Any) -> list[str]:

@@ -5,7 +5,7 @@ the sandbox's processes paused and resumed) and starts ``n`` sandboxes from it.
 
 ``Sandbox.fork(n, share=True)`` copies nothing.  A sandbox's writes live in tmpfs mounts of its
 jail (the copy-on-write layer's upper; /testbed, /tmp).  The executor hands out detached,
-read-only clones of those mounts (``open_tree``, executor.c "sharing"); each child's executor
+read-only clones of those mounts (``open_tree``, the executor's sharing.c); each child's executor
 attaches its set in its own mount namespace (``move_mount``) and stacks it as an overlay lower
 layer under a fresh tmpfs of its own, as it stacks a snapshot's layers.  The time does not grow
 with the data, and every child (and the forked sandbox) reads the same pages.
@@ -33,10 +33,11 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from .. import images as rootfs_mod
+from .. import images
 from ..errors import ConfigError, SnapshotError
 from ..executor.protocol import MAX_LAYERS
 from . import snapshot as snapshot_mod
@@ -81,7 +82,7 @@ def fork(sb: Forked, n: int, *, share: bool = False, pool: Pool | None = None) -
     if pool is not None and n > pool.size:
         raise ConfigError("n", f"{n} sandboxes from a pool of {pool.size}: the fork would wait for ever",
                           hint="fork at most the pool's size, or make the pool bigger")  # fmt: skip
-    if pool is not None and image_of(rootfs_mod.resolve(pool.config.rootfs)) != image_of(sb.jail.plan.rootfs):
+    if pool is not None and image_of(images.resolve(pool.config.rootfs)) != image_of(sb.jail.plan.rootfs):
         raise ConfigError("pool", f"its sandboxes run the image {pool.config.rootfs!r}, this one {sb.config.rootfs!r}: "
                           "a fork's state only goes over the image it was written over")  # fmt: skip
     if share:
@@ -96,7 +97,6 @@ def fork(sb: Forked, n: int, *, share: bool = False, pool: Pool | None = None) -
 def _fork_shared(sb: Forked, n: int, pool: Pool | None) -> list[Forked]:
     """The children start (or are taken from ``pool``) while ``sb`` shares its writes and starts
     over on them; each attaches its set once the sets are there."""
-    Sandbox = type(sb)
     store = sb.host.snapshot_store()
     # a root caller's sandboxes run as host uids of their own: each child's sets are idmapped to
     # its uid, and it keeps a second, raw set of each layer to share it on (idmapped once only)
@@ -116,46 +116,11 @@ def _fork_shared(sb: Forked, n: int, pool: Pool | None) -> list[Forked]:
     ready = threading.Event()  # set once the sets are made, or that failed (``shared`` stays empty)
     shared: list[Snapshot] = []  # the fork's point, once made
 
-    def attach(i: int, kid_jail) -> Snapshot:
-        ready.wait()
-        if not shared:
-            raise SnapshotError("the forked sandbox's state could not be shared (its error is raised)")
-        to = kid_jail.plan.run_as
-        for k in reversed(range(0, len(sets[i]), per)):  # the bottom layer first
-            layer, mask, fds = sets[i][k]
-            if to is not None and to != uid:
-                assert sb.host.idmap is not None
-                for fd in fds:
-                    sb.host.idmap.share_to(fd, to)
-            kid_jail.attach(layer, mask, fds)
-            if per == 2:
-                _layer, raw_mask, raw_fds = sets[i][k + 1]
-                kid_jail.attach(layer, raw_mask, raw_fds, raw=True)
-        return shared[0]
-
-    def child(i: int) -> Forked:
-        if pool is None:  # a new sandbox whose first generation is built over the layer (no other first)
-            kid = Sandbox.__new__(Sandbox)
-
-            def first(kid_jail) -> None:
-                point = attach(i, kid_jail)
-                if not kid_jail.start_over(point, sb.host):
-                    raise SnapshotError("a fork's child could not build its filesystem over the shared state")
-                kid._base = point
-
-            kid._first = first  # (Sandbox._start takes it)
-            Sandbox.__init__(kid, sb.config, host=sb.host, snapshot=stored)
-            return kid
-        kid = pool.acquire()
-        try:
-            kid.reset(to=attach(i, kid.jail))
-            return kid
-        except BaseException:
-            _give_back(kid, pool)
-            raise
+    def attach(i: int, kid_jail) -> Snapshot:  # (in the children's threads: the sets are made below)
+        return _attach_sets(kid_jail, sets, i, per, uid, sb.host, ready, shared)
 
     with ThreadPoolExecutor(max_workers=min(n, 2 * (os.cpu_count() or 1))) as ex:
-        futures = [ex.submit(child, i) for i in range(n)]
+        futures = [ex.submit(_shared_child, sb, i, pool, stored, attach) for i in range(n)]
         try:
             with sb.lock:
                 top = jail.share(1 + n * per, kill=True)  # the forked sandbox's first: nothing may write there now
@@ -181,6 +146,54 @@ def _fork_shared(sb: Forked, n: int, pool: Pool | None) -> list[Forked]:
             ready.set()
     _close(sets)
     return _collect(futures, pool, failed)
+
+
+def _attach_sets(kid_jail, sets: list[Sets], i: int, per: int, uid: int | None, host: Any, ready: threading.Event,
+                 shared: list[Snapshot]) -> Snapshot:  # fmt: skip
+    """Child ``i`` of a shared fork: once the forked sandbox has made the sets (``ready``), attach
+    its own in ``kid_jail``, bottom layer first (idmapped to the child's uid when it runs as another
+    than ``uid``, the forked one's), and return the fork's point."""
+    ready.wait()
+    if not shared:
+        raise SnapshotError("the forked sandbox's state could not be shared (its error is raised)")
+    to = kid_jail.plan.run_as
+    for k in reversed(range(0, len(sets[i]), per)):  # the bottom layer first
+        layer, mask, fds = sets[i][k]
+        if to is not None and to != uid:
+            assert host.idmap is not None
+            for fd in fds:
+                host.idmap.share_to(fd, to)
+        kid_jail.attach(layer, mask, fds)
+        if per == 2:
+            _layer, raw_mask, raw_fds = sets[i][k + 1]
+            kid_jail.attach(layer, raw_mask, raw_fds, raw=True)
+    return shared[0]
+
+
+def _shared_child(sb: Forked, i: int, pool: Pool | None, stored: Snapshot | None,
+                  attach: Callable[[int, Any], Snapshot]) -> Forked:  # fmt: skip
+    """Child ``i`` of a shared fork of ``sb``: a new sandbox whose first generation is built over the
+    shared layer, or one of ``pool``'s reset onto it (given back if that fails)."""
+    Sandbox = type(sb)
+    if pool is None:  # a new sandbox whose first generation is built over the layer (no other first)
+        kid = Sandbox.__new__(Sandbox)
+
+        def first(kid_jail) -> None:
+            point = attach(i, kid_jail)
+            if not kid_jail.start_over(point, sb.host):
+                raise SnapshotError("a fork's child could not build its filesystem over the shared state")
+            kid._base = point
+
+        kid._first = first  # (Sandbox._start takes it)
+        Sandbox.__init__(kid, sb.config, host=sb.host, snapshot=stored)
+        return kid
+    kid = pool.acquire()
+    try:
+        kid.reset(to=attach(i, kid.jail))
+        return kid
+    except BaseException:
+        _give_back(kid, pool)
+        raise
 
 
 def _reset_to(kid: Forked, snap: Snapshot, pool: Pool) -> Forked:
