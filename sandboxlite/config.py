@@ -21,7 +21,7 @@ from .errors import ConfigError
 from .executor.protocol import MAX_BINDS
 from .network.policy import PREFIX, Policy
 
-# and "allow:<rules>": only the hosts the rules name, through the egress proxy (netpolicy.py)
+# and "allow:<rules>": only the hosts the rules name, through the egress proxy (network/policy.py)
 NETWORK_MODES = ("none", "host")
 PROXY_PORT = 3128  # where a sandbox with an allowlist reaches the egress proxy, on its own 127.0.0.1
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
@@ -133,7 +133,7 @@ class SandboxConfig:
     mounts: host paths to show inside (``Mount`` objects or ``"SRC:DST[:ro|rw]"``).
     network: ``"none"`` (only ``lo``), ``"host"`` (the host's network, its loopback services
         included), or ``"allow:<rules>"``: only ``lo``, and the hosts the rules name
-        (``pypi.org``, ``*.example.org``, presets such as ``pypi`` and ``debian``: netpolicy.py)
+        (``pypi.org``, ``*.example.org``, presets such as ``pypi`` and ``debian``: network/policy.py)
         through the egress proxy at ``http://127.0.0.1:3128`` (``HTTP_PROXY`` and friends are
         set); everything else is refused, with an answer naming the rule.
     expose: ports of servers inside the sandbox that the host may reach (``Sandbox.connect``,

@@ -177,7 +177,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- the protocol (mirrors sandboxlite/protocol.py; one definition per line) ---- */
+/* ---- the protocol (mirrors sandboxlite/executor/protocol.py; one definition per line) ---- */
 
 #define HELLO_TEXT "sandboxlite-executor 6"
 #define CTRL_FD 3                       /* the control socket unless ctrl=N */

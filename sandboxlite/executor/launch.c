@@ -47,7 +47,7 @@ int launch(int argc, char **argv) {
   return EXIT_FATAL;
 }
 
-/* User namespace mode, for idmapped images (sandboxlite/idmap.py): "userns"
+/* User namespace mode, for idmapped images (sandboxlite/isolation/idmap.py): "userns"
  * unshares a user namespace, says 'u' on fd 1 and waits for end of file on
  * fd 0, while the caller (root) writes its maps and opens it. */
 int hold_userns(void) {

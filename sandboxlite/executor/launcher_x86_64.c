@@ -4,7 +4,7 @@
  *
  * With -m (at most twice: the image, the snapshot store), first move into a
  * private mount namespace of its own and attach the detached mount tree open
- * on TREE_FD (idmapped to UID by the caller: sandboxlite/idmap.py) at DIR,
+ * on TREE_FD (idmapped to UID by the caller: sandboxlite/isolation/idmap.py) at DIR,
  * where bwrap binds it from.  Attached
  * by root before bwrap's user namespace exists, the mount is locked for the
  * jail: its read-only flag cannot be cleared from inside.
@@ -15,7 +15,7 @@
  * groups, check the drop cannot be undone, then execute PROGRAM (bwrap), whose
  * processes all inherit the groups.  With -n, first join the network
  * namespace open on NETNS_FD (made ahead of time by the caller, see
- * sandboxlite/netns.py) and close the descriptor; bwrap then keeps it.
+ * sandboxlite/network/netns.py) and close the descriptor; bwrap then keeps it.
  * The executor binary has the same mode ("launch"), but a static glibc
  * program pays ~0.3 ms of start-up on VMs where CPUID traps to the
  * hypervisor (glibc probes the CPU at every start); this one pays nothing.

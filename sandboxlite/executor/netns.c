@@ -2,7 +2,7 @@
 #include "executor.h"
 
 /* Network namespace mode, for a root caller's pool of namespaces made ahead of
- * time (sandboxlite/netns.py): "netns" serves a unix socket on fd 0.  For each
+ * time (sandboxlite/network/netns.py): "netns" serves a unix socket on fd 0.  For each
  * byte it reads, it forks a child that unshares a user namespace (left without
  * a mapping: nothing ever runs in it) and a network namespace owned by it,
  * brings lo up and sends the namespace's descriptor back on the socket (one
