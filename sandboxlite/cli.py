@@ -227,10 +227,10 @@ def _json_object(ctx, param, value):
 
 def _check_rootfs(spec: str, field: str) -> None:
     """An image name or directory that does not exist is bad input: say which exist, and a command that works."""
-    from .images import images_dir, resolve
+    from .images import images_dir, resolve, where
     from .images.build import profile_names
 
-    if spec in ("auto", "host"):
+    if spec in ("auto", "host") or where.find(spec) is not None:  # (a container image the store names)
         return
     if "/" in spec:
         if not os.path.isdir(spec):
@@ -249,7 +249,7 @@ def _check_rootfs(spec: str, field: str) -> None:
     build = spec if spec in profiles else "lean"
     raise ConfigError(field, f"no rootfs image named {spec!r} ({have}; the profiles to build: {', '.join(profiles)})",
                       hint=f"sandboxlite rootfs build {build}   (or use \"auto\", \"host\", a folder, or import an "
-                      "image: sandboxlite rootfs import FILE)")  # fmt: skip
+                      "image: sandboxlite rootfs import FILE, a container image: sandboxlite image import FILE)")  # fmt: skip
 
 
 def _prepare_output_dir(path: Path, overwrite: bool) -> None:
@@ -802,6 +802,79 @@ def rootfs_rm(name) -> None:
     from .images import manage
 
     manage.remove(name)
+
+
+@main.group()
+def image() -> None:
+    """Container images as sandbox roots: import docker/podman/OCI archives, list, inspect, remove.
+    A sandbox starts from one by its name: Sandbox(rootfs="python:3.12-slim"), exec --rootfs NAME."""
+
+
+@image.command("import")
+@click.argument("source")
+@click.option("--tag", help="Name the image this (the archive must hold one); else the archive's own names.")
+@click.option("--platform", help="os/arch of a multi-platform archive (default: this machine's).")
+@_errors_to_exit_codes
+def image_import(source, tag, platform) -> None:
+    """Import SOURCE: a docker save / podman save tar, an OCI layout (directory or tar), or - for a
+    stream on stdin.  Every blob is checked against its digest; the layers are unpacked safely."""
+    from .images import store
+
+    src = sys.stdin.buffer if source == "-" else source
+    for info in store.import_archive(src, tag=tag, platform=platform):
+        shown = ", ".join(info.manifest["oci"]["names"]) or "(no name: use the id)"
+        click.echo(f"{info.name}: {shown} ({info.manifest['size_bytes'] / (1 << 20):.1f} MiB)")
+
+
+@image.command("list")
+@_errors_to_exit_codes
+def image_list() -> None:
+    """The container images in the store: id, size, names."""
+    from .images import store, where
+
+    table = where.names()
+    images = store.oci_images()
+    if not images:
+        click.echo("no container images (import one: sandboxlite image import FILE)")
+    for info in images:
+        refs = sorted(ref for ref, name in table.items() if name == info.name)
+        click.echo(f"{info.name:16} {info.manifest.get('size_bytes', 0) / (1 << 20):8.1f} MiB  "
+                   f"{' '.join(refs) or '(no name)'}")  # fmt: skip
+
+
+@image.command("inspect")
+@click.argument("ref")
+@_errors_to_exit_codes
+def image_inspect(ref) -> None:
+    """REF's record as JSON: names, digests, layers, its config (env, workdir, user, command, ports)."""
+    from .images import store
+
+    info = store.find_image(ref)
+    m = info.manifest
+    click.echo(json.dumps({"id": info.name, "path": str(info.path), "size_bytes": m.get("size_bytes"),
+                           "files": m.get("file_count"), "digest": m.get("digest"), **m["oci"]}, indent=1))  # fmt: skip
+
+
+@image.command("rm")
+@click.argument("refs", nargs=-1, required=True)
+@_errors_to_exit_codes
+def image_rm(refs) -> None:
+    """Remove images (by a name or their id) and their names; their blobs stay until prune."""
+    from .images import store
+
+    for ref in refs:
+        gone = store.remove(ref)
+        click.echo(f"removed {ref}" + (f" ({', '.join(gone)})" if gone else ""))
+
+
+@image.command("prune")
+@_errors_to_exit_codes
+def image_prune() -> None:
+    """Remove the blobs no image in the store uses."""
+    from .images import store
+
+    count, freed = store.prune()
+    click.echo(f"removed {count} blob(s), {freed / (1 << 20):.1f} MiB")
 
 
 @main.group()

@@ -8,6 +8,8 @@
     │                                                (bwrap missing, user namespaces off,
     │                                                no C compiler for the executor)
     ├── RootfsError(SandboxError)                    rootfs missing, incomplete or corrupt
+    │   └── ImageError(RootfsError)                  a container image could not be read, checked,
+    │                                                unpacked, pulled or found (hostile input included)
     ├── SandboxClosed(SandboxError, RuntimeError)    the sandbox was closed (or never opened)
     ├── SandboxCrashed(SandboxError, RuntimeError)   the jail died under us
     ├── CommandTimeout(SandboxError, TimeoutError)   raised by ExecResult.check()
@@ -71,6 +73,10 @@ class SetupError(SandboxError, RuntimeError):
 
 class RootfsError(SandboxError):
     """The root filesystem is missing, incomplete or corrupt."""
+
+
+class ImageError(RootfsError):
+    """A container image (OCI or docker) could not be read, checked, unpacked, pulled or found."""
 
 
 class SandboxClosed(SandboxError, RuntimeError):

@@ -34,6 +34,10 @@ problems=()
 # ~0.3 ms faster than static glibc on VMs); python3-venv: the virtualenv;
 # mmdebstrap + uidmap + zstd: building, exporting and importing rootfs images.
 PKGS=(bubblewrap libseccomp2 gcc libc6-dev musl-tools python3-venv mmdebstrap uidmap zstd)
+# the test suite's real tools for container images (images made with umoci, converted with skopeo,
+# a busybox-only image): installed with the rest where we can install, else named below
+TEST_PKGS=(skopeo umoci busybox-static)
+if [ "$SUDO" != none ]; then PKGS+=("${TEST_PKGS[@]}"); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -52,6 +56,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 have() { command -v "$1" >/dev/null 2>&1; }
+if [ "$SUDO" = none ]; then
+  for p in "${TEST_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+      || echo "setup: the tests also need $p (apt-get install -y --no-install-recommends ${TEST_PKGS[*]})" >&2
+  done
+fi
 
 # as root, sandboxes run as uids of their own from a range; the images belong to this
 # unprivileged system user (never to host root)

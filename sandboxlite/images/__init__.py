@@ -1,11 +1,16 @@
 """Images: what a sandbox sees at ``/``.  This module resolves a rootfs spec; the rest of the
 room builds and keeps the images.
 
-    (this module)  ``resolve(spec) -> RootfsPlan``, ``images_dir()``, the ``host`` rootfs's own /etc
+    (this module)  ``resolve(spec) -> RootfsPlan``, the ``host`` rootfs's own /etc
+    where          where images live (``images_dir()``), which image a container reference names
     recipes        the image recipes (``rootfs/`` at the repository's root: profiles, hooks)
     build          building an image from a profile with mmdebstrap
     manage         the images on this machine: list, verify, export, import, remove
     manifest       an image's manifest and digest; unpacking a tarball safely
+    oci            container images: references, configs, reading docker/podman/OCI archives
+    blobs          the content-addressed blob store (every blob checked against its digest)
+    unpack         applying image layers safely onto a directory (hostile tars refused)
+    store          container images imported into the store and named
 
 Two kinds:
 
@@ -40,6 +45,8 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import RootfsError
+from . import where
+from .where import image_root, images_dir
 
 DEFAULT_PROFILE = "science"
 
@@ -107,15 +114,6 @@ class RootfsPlan:
     symlinks: tuple[tuple[str, str], ...]  # (link target, sandbox path)
 
 
-def images_dir() -> Path:
-    return paths.home() / "rootfs"
-
-
-def image_root(name: str) -> Path:
-    """The root directory of a built image (``$SANDBOXLITE_HOME/rootfs/NAME/root``)."""
-    return images_dir() / name / "root"
-
-
 def auto_choice(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     """What ``rootfs="auto"`` means here, and why: ``$SANDBOXLITE_ROOTFS``, else the default image
     (``science``) when it is built, else the only built image, else the host's ``/usr`` (the
@@ -138,28 +136,39 @@ def auto_choice(env: Mapping[str, str] | None = None) -> tuple[str, str]:
 
 
 def resolve(spec: str) -> RootfsPlan:
-    """Turn a rootfs spec (``auto``, ``host``, an image name, a directory) into a plan."""
+    """Turn a rootfs spec (``auto``, ``host``, an image name, a container reference the store
+    knows, a directory) into a plan.  An image name wins over a reference, a known reference over
+    a relative directory of the same spelling (write ``./dir``)."""
     if spec == "auto":
         spec = auto_choice()[0]
     if spec == "host":
         return host_plan()
+    if "/" not in spec and image_root(spec).is_dir():
+        return _image_plan(spec)
+    found = where.find(spec)  # a container reference the store knows (python:3.12-slim)
+    if found is not None:
+        return _image_plan(found)
     if "/" not in spec:
-        root = image_root(spec)
-        if not root.is_dir():
-            raise RootfsError(
-                f"no rootfs image named {spec!r} in {images_dir()}",
-                hint=f"build it: sandboxlite rootfs build {spec}   (or import one: sandboxlite rootfs import FILE)",
-            )
-        manifest = root.parent / "manifest.json"
-        if not manifest.is_file():
-            raise RootfsError(
-                f"rootfs image {spec!r} is incomplete (no manifest.json)",
-                hint=f"sandboxlite rootfs rm {spec} && sandboxlite rootfs build {spec}",
-            )
-        st = manifest.stat()
-        _check_manifest(str(root.parent), st.st_mtime_ns, st.st_size)
-        return dir_plan(str(root), name=spec)
+        raise RootfsError(
+            f"no rootfs image named {spec!r} in {images_dir()}",
+            hint=f"build it: sandboxlite rootfs build {spec}   (or import one: sandboxlite rootfs import FILE; "
+            "a container image: sandboxlite image import FILE)",
+        )
     return dir_plan(spec)
+
+
+def _image_plan(spec: str) -> RootfsPlan:
+    """The plan of the image NAME in the store (its manifest checked)."""
+    root = image_root(spec)
+    manifest = root.parent / "manifest.json"
+    if not manifest.is_file():
+        raise RootfsError(
+            f"rootfs image {spec!r} is incomplete (no manifest.json)",
+            hint=f"sandboxlite rootfs rm {spec} && sandboxlite rootfs build {spec}",
+        )
+    st = manifest.stat()
+    _check_manifest(str(root.parent), st.st_mtime_ns, st.st_size)
+    return dir_plan(str(root), name=spec)
 
 
 @functools.lru_cache(maxsize=32)
@@ -202,11 +211,12 @@ def dir_plan(root: str, name: str | None = None) -> RootfsPlan:
 
 @functools.lru_cache(maxsize=32)
 def _dir_plan(root: str, name: str | None, _ino: int, _mtime_ns: int) -> RootfsPlan:
-    usr = os.path.join(root, "usr")
-    if not os.path.isdir(usr) or not (os.path.exists(os.path.join(usr, "bin", "sh")) or os.path.lexists(os.path.join(root, "bin", "sh"))):
+    # a shell at /usr/bin/sh or /bin/sh (busybox images have no /usr): the mark of a root filesystem
+    if not (os.path.exists(os.path.join(root, "usr", "bin", "sh")) or os.path.lexists(os.path.join(root, "bin", "sh"))):
         raise RootfsError(
-            f"{root} does not look like a root filesystem (no usr/bin/sh)",
-            hint="point rootfs at the top of a Debian/Ubuntu tree (for example one made by mmdebstrap)",
+            f"{root} does not look like a root filesystem (no usr/bin/sh or bin/sh)",
+            hint="point rootfs at the top of a root filesystem tree (one made by mmdebstrap, or a container "
+            "image: sandboxlite image import FILE)",
         )
     try:
         binds, links = _top_level(root, JAIL_OWNED)

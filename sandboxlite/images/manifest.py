@@ -91,8 +91,10 @@ def _packages(root: Path) -> dict[str, str]:
 
 
 def write_manifest(image: Path, *, name: str, profile: Any = None, build_seconds: float | None = None,
-                   mode: str | None = None, source: str = "mmdebstrap", recipe: str | None = None) -> dict:  # fmt: skip
-    """Hash the tree under ``image/root`` and write ``manifest.json`` and ``files.tsv``."""
+                   mode: str | None = None, source: str = "mmdebstrap", recipe: str | None = None,
+                   extra: dict | None = None) -> dict:  # fmt: skip
+    """Hash the tree under ``image/root`` and write ``manifest.json`` and ``files.tsv`` (with the
+    keys of ``extra`` added: a container image's ``oci`` record)."""
     root = image / "root"
     entries = tree_entries(root)
     with open(image / FILES, "w", encoding="utf-8", errors="surrogateescape") as f:
@@ -113,6 +115,7 @@ def write_manifest(image: Path, *, name: str, profile: Any = None, build_seconds
         "file_count": len(entries),
         "size_bytes": sum(e[3] for e in entries),
         "digest": digest_of(entries),
+        **(extra or {}),
     }
     (image / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest

@@ -1,0 +1,197 @@
+"""Container images in the store: imported from ``docker save`` / ``podman save`` archives and OCI
+layouts, and kept as images like the built ones, so a sandbox starts from one exactly as from lean.
+
+    $SANDBOXLITE_HOME/oci/blobs/sha256/HEX   every blob (layers, configs), once, shared by images
+    $SANDBOXLITE_HOME/rootfs/oci-ID/         one image (ID: the first 12 hex digits of its config's
+                                             digest): root/ with its layers applied in order
+                                             (flattened), manifest.json with an "oci" record
+    $SANDBOXLITE_HOME/rootfs/.names          reference -> image (where.py reads it)
+
+A name (``docker.io/library/python:3.12-slim``) names one image: importing another image under it
+moves the name, and the older image stays, reachable as ``oci-ID``.  Importing an image that is
+already there (the same config) only adds its names.  The layers are unpacked by unpack.py (a
+hostile archive is refused with nothing kept); as root the tree is then given to the uid
+sandboxes run as, as a built image is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from .. import paths
+from ..errors import ImageError
+from . import oci, unpack
+from .blobs import BlobStore
+from .manage import ImageInfo, image_dir, list_images
+from .manifest import MANIFEST, give_to_sandbox_user, read_manifest, remove_tree, write_manifest
+from .where import NAMES, find, images_dir, names
+
+
+def blob_store() -> BlobStore:
+    return BlobStore(paths.home() / "oci" / "blobs")
+
+
+def image_name(record: oci.ImageRecord) -> str:
+    """The store's name of an image: ``oci-`` and 12 hex digits of its config's digest."""
+    return "oci-" + record.config_digest.split(":", 1)[1][:12]
+
+
+def import_archive(source: str | os.PathLike | IO[bytes], *, tag: str | None = None,
+                   platform: str | None = None) -> list[ImageInfo]:  # fmt: skip
+    """Every image of an archive (a path, or a binary stream such as stdin), installed and named:
+    by ``tag`` when given (the archive must then hold one image), else by the archive's own names."""
+    records = _runnable(oci.read_archive(source, blob_store(), platform=platform), platform, source)
+    if tag is not None:
+        if len(records) != 1:
+            raise ImageError(f"--tag names one image, and {_shown(source)} holds {len(records)}",
+                             hint="import it without --tag: each image keeps the archive's own names")  # fmt: skip
+        records = [dataclasses.replace(records[0], names=[str(oci.parse_reference(tag))])]
+    return [install(r) for r in records]
+
+
+def _runnable(records: list[oci.ImageRecord], platform: str | None, source) -> list[oci.ImageRecord]:
+    """The records for ``platform`` (default: this machine's); an image of another one would not
+    run here.  None left: ImageError naming what the archive holds."""
+    if not records:
+        raise ImageError(f"{_shown(source)} holds no image", hint="is it a docker save, podman save or OCI archive?")
+    want = (oci.parse_platform(platform) if platform else oci.host_platform()).normalised()
+    fits = [r for r in records if not r.config.architecture or want == oci.Platform(
+        r.config.os or "linux", r.config.architecture, r.config.variant or "").normalised()]  # fmt: skip
+    if not fits:
+        have = ", ".join(sorted({r.config.platform() for r in records}))
+        raise ImageError(f"{_shown(source)} holds images for {have}, none for {want}",
+                         hint="import the image built for this machine (docker save --platform, skopeo copy "
+                         "--override-arch)")  # fmt: skip
+    return fits
+
+
+def install(record: oci.ImageRecord) -> ImageInfo:
+    """The image of ``record`` in the store (unpacked from the blob store unless it is there already),
+    with the record's names moved to it."""
+    name = image_name(record)
+    final = images_dir() / name
+    if not (final / MANIFEST).is_file():
+        _unpack(record, final)
+    with _locked():
+        _take_names(name, record.names)
+    return ImageInfo(name, final, read_manifest(final))
+
+
+def _unpack(record: oci.ImageRecord, final: Path) -> None:
+    images_dir().mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{final.name}.import-", dir=images_dir()))
+    os.chmod(work, 0o755)
+    blobs = blob_store()
+    try:
+        layers = [(_opener(blobs, layer), layer.diff_id) for layer in record.layers]
+        unpack.unpack_image(layers, work / "root")
+        give_to_sandbox_user(work / "root")
+        write_manifest(work, name=final.name, profile=None, source="oci", extra={"oci": _oci_record(record)})
+        try:
+            os.rename(work, final)
+        except OSError:
+            if not (final / MANIFEST).is_file():  # (another process installed the same image meanwhile: fine)
+                raise
+            remove_tree(work)
+    except BaseException:
+        remove_tree(work)
+        raise
+
+
+def _opener(blobs: BlobStore, layer: oci.Layer):
+    return lambda: unpack.open_layer(blobs.path(layer.digest), layer.media_type)
+
+
+def _oci_record(record: oci.ImageRecord) -> dict:
+    return {
+        "names": list(record.names),
+        "manifest_digest": record.manifest_digest,
+        "config_digest": record.config_digest,
+        "source": record.source,
+        "layers": [dataclasses.asdict(layer) for layer in record.layers],
+        "config": dataclasses.asdict(record.config),
+    }
+
+
+@contextmanager
+def _locked() -> Iterator[None]:
+    """The names index's lock (imports and removals in other processes wait)."""
+    images_dir().mkdir(parents=True, exist_ok=True)
+    fd = os.open(images_dir() / ".names.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_names(table: dict[str, str]) -> None:
+    path = images_dir() / NAMES
+    tmp = path.with_name(f"{NAMES}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _take_names(name: str, refs: list[str]) -> None:
+    table = names()
+    table.update({ref: name for ref in refs})
+    _write_names({ref: image for ref, image in table.items() if (images_dir() / image).is_dir()})
+
+
+def oci_images() -> list[ImageInfo]:
+    """The container images in the store (the built ones are ``rootfs list``'s)."""
+    return [i for i in list_images() if isinstance(i.manifest.get("oci"), dict)]
+
+
+def find_image(spec: str) -> ImageInfo:
+    """The container image ``spec`` names: a reference the store knows, or ``oci-ID``."""
+    name = spec if spec.startswith("oci-") else find(spec)
+    if name is None:
+        raise ImageError(f"no image named {spec!r} in the store",
+                         hint="sandboxlite image list shows them; sandboxlite image import FILE adds one")  # fmt: skip
+    d = image_dir(name)
+    manifest = read_manifest(d)
+    if not isinstance(manifest.get("oci"), dict):
+        raise ImageError(f"{name!r} is a built image, not a container image", hint=f"sandboxlite rootfs rm {name}")
+    return ImageInfo(name, d, manifest)
+
+
+def remove(spec: str) -> list[str]:
+    """Remove the image ``spec`` names and every name it had; the names removed."""
+    info = find_image(spec)
+    with _locked():
+        table = names()
+        gone = sorted(ref for ref, image in table.items() if image == info.name)
+        _write_names({ref: image for ref, image in table.items() if image != info.name})
+        remove_tree(info.path)
+    return gone
+
+
+def prune() -> tuple[int, int]:
+    """Remove the blobs no image in the store uses: (blobs removed, bytes freed)."""
+    used = set()
+    for info in oci_images():
+        rec = info.manifest["oci"]
+        used.update((rec.get("config_digest"), rec.get("manifest_digest")))
+        used.update(layer.get("digest") for layer in rec.get("layers", []))
+    blobs = blob_store()
+    count = freed = 0
+    for digest in blobs.digests():
+        if digest not in used:
+            freed += blobs.size(digest)
+            blobs.remove(digest)
+            count += 1
+    return count, freed
+
+
+def _shown(source) -> str:
+    return "the stream" if hasattr(source, "read") else str(source)

@@ -1,0 +1,171 @@
+"""Container images in the store: imported with the CLI from archives made by real tools (umoci,
+skopeo), started as sandboxes by their names, shared blobs, names moving, rm and prune, and a
+damaged archive refused with nothing kept.  Real bwrap."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from sandboxlite import Sandbox, SandboxPool
+from sandboxlite.cli import main
+from sandboxlite.errors import ImageError
+from sandboxlite.images import store, where
+
+from .test_image_oci import SKOPEO, need_tools, run, umoci_layer
+
+
+def busybox_tree(root: Path) -> None:
+    (root / "bin").mkdir(parents=True)
+    shutil.copy2("/bin/busybox", root / "bin" / "busybox")
+    for applet in ("sh", "ls", "cat", "echo", "rm", "touch"):
+        (root / "bin" / applet).symlink_to("busybox")
+    (root / "etc").mkdir()
+    (root / "etc" / "motd").write_text("hello from the image\n")
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """Image A (busybox) and image B (A's layer, then one that removes /etc/motd and adds a file),
+    as a docker-save tar, an OCI tar and an arm64 image."""
+    need_tools()
+    d = tmp_path_factory.mktemp("store-images")
+    busybox_tree(d / "base")
+    layout = d / "layout"
+    run("umoci", "init", "--layout", str(layout))
+    run("umoci", "new", "--image", f"{layout}:a")
+    umoci_layer(layout, "a", d / "base")
+    run("umoci", "config", "--image", f"{layout}:a", "--architecture", "amd64", "--os", "linux",
+        "--config.env", "PATH=/bin")  # fmt: skip
+    run("umoci", "config", "--image", f"{layout}:a", "--config.label", "b=1", "--tag", "b")
+    bundle = d / "bundle-b"  # B's layer: what umoci repack finds changed (a removal becomes a whiteout)
+    run("umoci", "unpack", "--image", f"{layout}:b", str(bundle))
+    (bundle / "rootfs" / "etc" / "motd").unlink()
+    (bundle / "rootfs" / "added").write_text("from B\n")
+    run("umoci", "repack", "--image", f"{layout}:b", str(bundle))
+    run("umoci", "config", "--image", f"{layout}:a", "--architecture", "arm64", "--tag", "arm")
+    run(*SKOPEO, "copy", f"oci:{layout}:a", f"docker-archive:{d / 'a.tar'}:team/bb:1.0")
+    run(*SKOPEO, "copy", f"oci:{layout}:b", f"docker-archive:{d / 'b.tar'}:team/bb:2.0")
+    run(*SKOPEO, "copy", f"oci:{layout}:b", f"oci-archive:{d / 'b-oci.tar'}:team/bb:2.0")
+    run(*SKOPEO, "copy", f"oci:{layout}:arm", f"docker-archive:{d / 'arm.tar'}:team/bb:arm")
+    return SimpleNamespace(a=d / "a.tar", b=d / "b.tar", b_oci=d / "b-oci.tar", arm=d / "arm.tar")
+
+
+@pytest.fixture
+def home(host_dir_factory, monkeypatch):
+    h = host_dir_factory("sandboxlite-image-home-")
+    monkeypatch.setenv("SANDBOXLITE_HOME", str(h))
+    return h
+
+
+def cli(*args: str, input: bytes | None = None) -> str:
+    r = CliRunner().invoke(main, list(args), input=input)
+    assert r.exit_code == 0, (r.exit_code, r.output)
+    return r.output
+
+
+def blobs() -> set[str]:
+    return set(store.blob_store().digests())
+
+
+def test_an_imported_image_runs_by_its_name_and_resets(made, home):
+    out = cli("image", "import", str(made.a))
+    assert "docker.io/team/bb:1.0" in out
+    assert "docker.io/team/bb:1.0" in cli("image", "list")
+    with Sandbox(rootfs="team/bb:1.0") as sb:
+        r = sb.exec("echo $((6*7)); cat /etc/motd; ls /bin/busybox")
+        assert (r.exit_code, r.stdout) == (0, b"42\nhello from the image\n/bin/busybox\n"), r
+        sb.exec("touch /etc/mine /testbed/w").check()
+        sb.reset()
+        assert sb.exec("ls /etc/mine /testbed/w").exit_code != 0  # back to the image
+        assert sb.exec("cat /etc/motd").stdout == b"hello from the image\n"
+    r = CliRunner().invoke(main, ["exec", "--rootfs", "docker.io/team/bb:1.0", "--", "cat", "/etc/motd"])
+    assert (r.exit_code, r.output) == (0, "hello from the image\n"), r.output
+    with SandboxPool(size=1, rootfs="team/bb:1.0") as pool, pool.sandbox() as sb:
+        assert sb.exec("cat /etc/motd").stdout == b"hello from the image\n"
+
+
+def test_a_second_image_reuses_the_blobs_of_its_base(made, home):
+    cli("image", "import", str(made.a))
+    before = blobs()
+    info = json.loads(cli("image", "inspect", "team/bb:1.0"))
+    base_layer = info["layers"][0]["digest"]
+    cli("image", "import", str(made.b))
+    b = json.loads(cli("image", "inspect", "team/bb:2.0"))
+    assert [layer["digest"] for layer in b["layers"]][0] == base_layer  # the same blob, kept once
+    added = blobs() - before
+    assert base_layer not in added and len(added) <= 3  # its own layer, config and manifest only
+    with Sandbox(rootfs="team/bb:2.0") as sb:  # B's whiteout removed A's file; its own file is there
+        r = sb.exec("cat /added; ls /etc/motd")
+        assert r.stdout == b"from B\n" and r.exit_code != 0
+
+
+def test_the_same_image_again_keeps_its_id_and_a_tag_moves_a_name(made, home):
+    first = cli("image", "import", str(made.a)).split(":")[0]
+    assert cli("image", "import", str(made.a)).split(":")[0] == first
+    cli("image", "import", "--tag", "team/bb:1.0", str(made.b))  # the name moves to B
+    b_id = where.find("team/bb:1.0")
+    assert b_id != first and b_id is not None
+    with Sandbox(rootfs=first) as sb:  # A stays, by its id
+        assert sb.exec("cat /etc/motd").stdout == b"hello from the image\n"
+
+
+def test_an_oci_archive_of_the_same_image_is_the_same_image(made, home):
+    """Its layers are gzipped (other blobs than a docker save's plain tars), its config the same."""
+    docker = cli("image", "import", str(made.b)).split(":")[0]
+    assert cli("image", "import", str(made.b_oci)).split(":")[0] == docker
+    with Sandbox(rootfs="team/bb:2.0") as sb:
+        assert sb.exec("cat /added").stdout == b"from B\n"
+
+
+def test_an_archive_on_stdin(made, home):
+    out = cli("image", "import", "--tag", "local/piped:1", "-", input=made.a.read_bytes())
+    assert "docker.io/local/piped:1" in out
+    with Sandbox(rootfs="local/piped:1") as sb:
+        assert sb.exec("cat /etc/motd").stdout == b"hello from the image\n"
+
+
+def test_rm_removes_names_and_prune_the_blobs_nobody_uses(made, home):
+    cli("image", "import", str(made.a))
+    cli("image", "import", str(made.b))
+    cli("image", "rm", "team/bb:2.0")
+    assert where.find("team/bb:2.0") is None and where.find("team/bb:1.0") is not None
+    out = cli("image", "prune")
+    assert out.startswith("removed 3 blob(s)"), out  # B's layer, config and manifest
+    with Sandbox(rootfs="team/bb:1.0") as sb:
+        assert sb.exec("cat /etc/motd").exit_code == 0
+    r = CliRunner().invoke(main, ["image", "rm", "team/bb:2.0"])
+    assert r.exit_code == 125 and "no image named" in r.output
+
+
+def test_an_image_for_another_machine_is_refused(made, home):
+    with pytest.raises(ImageError, match="none for linux/amd64"):
+        store.import_archive(made.arm)
+    assert store.oci_images() == []
+
+
+def test_a_damaged_archive_keeps_no_image(made, home, tmp_path):
+    data = bytearray(made.a.read_bytes())
+    at = data.find(b"hello from the image")
+    data[at] ^= 1  # inside the layer: its digest no longer matches
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(bytes(data))
+    r = CliRunner().invoke(main, ["image", "import", str(bad)])
+    assert r.exit_code == 125 and "sha256" in r.output, r.output
+    assert store.oci_images() == [] and where.names() == {}
+    leftovers = [p.name for p in (home / "rootfs").iterdir()] if (home / "rootfs").exists() else []
+    assert not [n for n in leftovers if n.startswith(".oci-") or n.startswith("oci-")], leftovers
+    assert not [p for p in (home / "oci").rglob(".put-*")], "a partial blob was kept"
+
+
+def test_an_unknown_reference_says_how_to_get_an_image(home):
+    with pytest.raises(Exception, match="no rootfs image named") as e:
+        Sandbox(rootfs="nothere:1")
+    assert "sandboxlite image import" in str(e.value)
+    assert os.environ["SANDBOXLITE_HOME"] == str(home)
