@@ -17,7 +17,7 @@ import click
 
 from . import __version__
 from .config import Limits, Mount, SandboxConfig
-from .errors import ConfigError, SandboxError, TaskError
+from .errors import ConfigError, RootfsError, SandboxError, TaskError
 
 # Exit codes of our own (a command's own exit code passes through unchanged).
 EXIT_USAGE = 2  # bad arguments or config
@@ -145,6 +145,7 @@ def paper(args) -> None:
 
 @main.command(name="exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--rootfs", default="auto", show_default=True, help='"auto", "host", an image name or a directory.')
+@click.option("--image", default=None, help="A container image in the store (sandboxlite image list) as the root.")
 @click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:ro|rw]", help="Show a host path inside (repeatable).")
 @click.option("--timeout", type=float, default=None, help="Seconds before the command is killed (exit code 124).")
 @click.option("--network", type=NetworkMode(), default="none", show_default=True, help=NETWORK_HELP)
@@ -155,7 +156,7 @@ def paper(args) -> None:
 @click.option("--memory-mb", type=int, default=None, help="Memory limit in MiB.")
 @isolation_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(rootfs, mounts, timeout, network, network_log, envs, workdir, memory_mb, isolation, command) -> None:
+def exec_(rootfs, image, mounts, timeout, network, network_log, envs, workdir, memory_mb, isolation, command) -> None:
     """Run COMMAND in a fresh sandbox and pass its exit code through.
 
     Example: sandboxlite exec -- python3 -c 'print(6*7)'
@@ -173,7 +174,7 @@ def exec_(rootfs, mounts, timeout, network, network_log, envs, workdir, memory_m
         if timeout is not None:
             limits = dataclasses.replace(limits, timeout_s=timeout)
         config = SandboxConfig(
-            rootfs=rootfs,
+            rootfs=_image_root(image, rootfs),
             mounts=tuple(Mount.parse(m) for m in mounts),
             network=network,
             env=env,
@@ -223,6 +224,22 @@ def _json_object(ctx, param, value):
     if not isinstance(data, dict):
         raise click.BadParameter(f'expected a JSON object such as \'{{"top_k": 20}}\', got {type(data).__name__}')
     return data
+
+
+def _image_root(image: str | None, rootfs: str | None) -> str | None:
+    """``--image REF``: the root it names (a container image in the store, checked), else ``rootfs``;
+    both given is bad input unless they agree."""
+    if image is None:
+        return rootfs
+    from .images import store
+
+    if rootfs not in (None, "auto", image):
+        raise ConfigError("--image", f"{image!r} and --rootfs {rootfs!r} both name the root", hint="give one of them")
+    try:
+        store.find_image(image)
+    except RootfsError as e:
+        raise ConfigError("--image", e.message, hint=e.hint) from None
+    return image
 
 
 def _check_rootfs(spec: str, field: str) -> None:
@@ -319,6 +336,7 @@ def _on_sigterm(signum, frame):
               help="Override the task's network (default none): " + NETWORK_HELP + ".")  # fmt: skip
 @click.option("--rootfs", default=None,
               help='Override the task\'s rootfs: "auto" (the default), "host", an image name or a directory.')  # fmt: skip
+@click.option("--image", default=None, help="Override the task's root with a container image in the store.")
 @click.option("--constrained", type=click.Choice(["retry", "always", "never"]), default=None,
               help="local models: grammar-constrained tool calls (default: retry a turn that did not parse).")
 @click.option("--profile", type=click.Choice(["auto", "small", "standard"]), default=None,
@@ -340,8 +358,8 @@ def _on_sigterm(signum, frame):
 @click.option("--quiet", is_flag=True, help="No step-by-step view.")
 @isolation_option
 def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens, token_budget, extra_body, max_steps,
-        timeout_s, input_dir, network, rootfs, constrained, profile, tool_format, context_tokens, output_dir, overwrite,
-        prompt_file, mode, quiet, isolation) -> None:  # fmt: skip
+        timeout_s, input_dir, network, rootfs, image, constrained, profile, tool_format, context_tokens, output_dir,
+        overwrite, prompt_file, mode, quiet, isolation) -> None:  # fmt: skip
     """Let a model solve TASK.json (or a --query; "-" reads the task from stdin) inside a fresh sandbox;
     outputs land in --output-dir.
 
@@ -363,6 +381,7 @@ def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens
             raise click.UsageError("give a task file (TASK.json, or - for stdin) or --query TEXT" +
                                    (", not both" if query is not None else ""))  # fmt: skip
         task = Task.load(task_file) if task_file is not None else Task.one_off(query)
+        rootfs = _image_root(image, rootfs)
         changes = {k: v for k, v in (("network", network), ("rootfs", rootfs), ("timeout_s", timeout_s),
                                      ("prompt", prompt_file)) if v is not None}  # fmt: skip
         if input_dir is not None:
@@ -481,6 +500,7 @@ def _domain_names(spec: str) -> list[str]:
               help="Seconds per task.")  # fmt: skip
 @click.option("--token-budget", type=click.IntRange(min=1), default=None, help="Cap on all tokens of one task.")
 @click.option("--rootfs", default="auto", show_default=True)
+@click.option("--image", default=None, help="Every sandbox's root: a container image in the store.")
 @click.option("--network", type=NetworkMode(), default="none", show_default=True,
               help="Every sandbox's network: " + NETWORK_HELP + ".")  # fmt: skip
 @click.option("--prompt", "prompt_file", type=click.Path(dir_okay=False, exists=True), default=None,
@@ -497,8 +517,8 @@ def _domain_names(spec: str) -> list[str]:
 def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, sampling_seed, tool_format, context_tokens,
           extra_body, data_dir, domains,
           task_files, domain_modules, mode, scoring, limit, ids, repeats, seed, workers, max_steps, timeout_s,
-          token_budget, rootfs, network, prompt_file, judge_name, judge_base_url, output_dir, retry_errors, resume_anyway,
-          no_progress, isolation) -> None:  # fmt: skip
+          token_budget, rootfs, image, network, prompt_file, judge_name, judge_base_url, output_dir, retry_errors,
+          resume_anyway, no_progress, isolation) -> None:  # fmt: skip
     """Score a model on the paper's domains (or yours), in the sandbox and/or answering directly.
 
     Exit codes: 0 every task ran; 2 bad arguments; 3 the model endpoint failed (the preflight
@@ -513,6 +533,7 @@ def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, samplin
     _use_isolation(isolation)
     try:
         chosen = _eval_domains(domains, task_files, domain_modules)
+        rootfs = _image_root(image, rootfs)
         data = Path(data_dir) if data_dir else default_data_dir(os.environ)
         extra = _extra_body(extra_body)
         model = resolve_model(model_name, base_url=base_url, api_key=api_key, temperature=temperature, top_p=top_p,

@@ -242,6 +242,25 @@ def check_network(value: Any, field_name: str = "network") -> Policy | None:
     return None
 
 
+def image_as_rootfs(overrides: dict[str, Any], field_name: str = "image") -> dict[str, Any]:
+    """``image=REF`` (a container image in the store: ``sandboxlite image list``) given where the
+    ``SandboxConfig`` fields are: the sandbox's root, i.e. ``rootfs=REF``.  Giving both is a
+    ConfigError unless they agree.  Returns the fields without ``image``."""
+    if "image" not in overrides:
+        return overrides
+    fields = dict(overrides)
+    image = fields.pop("image")
+    if image is None:
+        return fields
+    if not isinstance(image, str) or not image.strip():
+        raise ConfigError(field_name, f"must be a container image reference (python:3.12-slim), got {image!r}")
+    if fields.get("rootfs", "auto") not in ("auto", image):
+        raise ConfigError(field_name, f"{image!r} and rootfs={fields['rootfs']!r} both name the root",
+                          hint="give one of them")  # fmt: skip
+    fields["rootfs"] = image
+    return fields
+
+
 def check_timeout(value: Any, field_name: str = "timeout") -> float:
     """A timeout in seconds: a positive number (not NaN); above ``MAX_TIMEOUT_S`` it is that."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value <= 0:

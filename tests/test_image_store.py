@@ -169,3 +169,26 @@ def test_an_unknown_reference_says_how_to_get_an_image(home):
         Sandbox(rootfs="nothere:1")
     assert "sandboxlite image import" in str(e.value)
     assert os.environ["SANDBOXLITE_HOME"] == str(home)
+
+
+def test_image_is_rootfs_by_another_name_everywhere(made, home):
+    from sandboxlite.agent.task import Task
+    from sandboxlite.errors import ConfigError, TaskError
+
+    cli("image", "import", str(made.a))
+    with Sandbox(image="team/bb:1.0") as sb:
+        assert sb.config.rootfs == "team/bb:1.0" and sb.exec("cat /etc/motd").exit_code == 0
+    with SandboxPool(size=1, image="team/bb:1.0") as pool, pool.sandbox() as sb:
+        assert sb.exec("cat /etc/motd").stdout == b"hello from the image\n"
+    with pytest.raises(ConfigError, match="both name the root"):
+        Sandbox(image="team/bb:1.0", rootfs="lean")
+    r = CliRunner().invoke(main, ["exec", "--image", "team/bb:1.0", "--", "cat", "/etc/motd"])
+    assert (r.exit_code, r.output) == (0, "hello from the image\n"), r.output
+    r = CliRunner().invoke(main, ["exec", "--image", "team/none:1", "--", "true"])
+    assert r.exit_code == 2 and "no image named 'team/none:1'" in r.output and "image import" in r.output
+    r = CliRunner().invoke(main, ["exec", "--image", "team/bb:1.0", "--rootfs", "lean", "--", "true"])
+    assert r.exit_code == 2 and "both name the root" in r.output
+    task = Task.from_dict({"id": "t", "query": "q", "image": "team/bb:1.0"})
+    assert task.rootfs == "team/bb:1.0"
+    with pytest.raises(TaskError, match="both name the root"):
+        Task.from_dict({"id": "t", "query": "q", "image": "team/bb:1.0", "rootfs": "lean"})

@@ -9,6 +9,7 @@
       "input_dir": "/host/dir",              # or: a host directory copied to input_path
       "input_path": "/testbed/input",        # where the inputs go in the sandbox (under /testbed or /tmp)
       "rootfs": "auto",                      # as SandboxConfig.rootfs
+      "image": "python:3.12-slim",           # or: a container image in the store (the same as rootfs=)
       "network": "none",                     # "none" or "host"
       "max_steps": 50,                       # model turns
       "timeout_s": 1800,                     # wall time of the whole run
@@ -50,6 +51,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "input_dir": ((str,), "a host directory path", False),
     "input_path": ((str,), "an absolute sandbox path under /testbed or /tmp", False),
     "rootfs": ((str,), 'a string ("auto", "host", an image name or a directory)', False),
+    "image": ((str,), "a container image reference (sandboxlite image list)", False),
     "network": ((str,), '"none", "host" or "allow:RULE,..."', False),
     "max_steps": ((int,), "a positive integer", False),
     "timeout_s": ((int, float), "a positive number of seconds", False),
@@ -117,6 +119,11 @@ class Task:
         if data.get("timeout_s", 1) <= 0:
             raise TaskError("timeout_s", "expected a positive number of seconds")
         values = dict(data)
+        if "image" in values:  # the root by another name: rootfs
+            image = values.pop("image")
+            if values.get("rootfs", image) not in ("auto", image):
+                raise TaskError("image", f"{image!r} and rootfs {values['rootfs']!r} both name the root: give one")
+            values["rootfs"] = image
         for key in ("input_dir", "prompt"):
             if values.get(key) and base_dir is not None and not os.path.isabs(values[key]):
                 values[key] = str(Path(base_dir) / values[key])

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import PROXY_PORT, SandboxConfig, check_timeout, resolve_path
+from ..config import PROXY_PORT, SandboxConfig, check_timeout, image_as_rootfs, resolve_path
 from ..errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError
 from ..network import egress
 from ..network.ports import PortForwarder
@@ -41,14 +41,15 @@ class Sandbox:
     ...     sb.exec("echo hi").stdout
     b'hi\\n'
 
-    ``Sandbox(config)`` or ``Sandbox(**fields)`` (fields of ``SandboxConfig``) starts the
-    jail immediately.  ``host``: the ``Host`` to run on (default: ``default_host()``).
+    ``Sandbox(config)`` or ``Sandbox(**fields)`` (fields of ``SandboxConfig``; ``image=REF`` is
+    ``rootfs=REF``, a container image in the store) starts the jail immediately.  ``host``: the ``Host`` to run on (default: ``default_host()``).
     ``snapshot``: start from this ``Snapshot`` (``snapshot()``) instead of the image; ``reset()``
     goes back to it.
     """
 
     def __init__(self, config: SandboxConfig | None = None, *, host: Host | None = None,
                  snapshot: Snapshot | None = None, **overrides: Any) -> None:  # fmt: skip
+        overrides = image_as_rootfs(overrides)  # image="python:3.12-slim": rootfs= by another name
         if config is None:
             config = SandboxConfig(**overrides)
         elif overrides:
