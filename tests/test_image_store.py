@@ -192,3 +192,34 @@ def test_image_is_rootfs_by_another_name_everywhere(made, home):
     assert task.rootfs == "team/bb:1.0"
     with pytest.raises(TaskError, match="both name the root"):
         Task.from_dict({"id": "t", "query": "q", "image": "team/bb:1.0", "rootfs": "lean"})
+
+
+def test_prune_waits_for_an_import_in_progress(made, home):
+    """An import stores blobs before any image uses them: a prune meanwhile must not take them."""
+    import threading
+
+    r, w = os.pipe()
+    data = made.a.read_bytes()
+    done: dict[str, object] = {}
+
+    def do_import():
+        with os.fdopen(r, "rb") as stream:
+            done["import"] = store.import_archive(stream)
+
+    def do_prune():
+        done["prune"] = store.prune()
+
+    importer = threading.Thread(target=do_import)
+    importer.start()
+    os.write(w, data[: len(data) * 3 // 4])  # most of it: its layer blob is in the store already
+    pruner = threading.Thread(target=do_prune)
+    pruner.start()
+    pruner.join(0.5)
+    assert pruner.is_alive() and "import" not in done  # waiting for the import
+    os.write(w, data[len(data) * 3 // 4:])
+    os.close(w)
+    importer.join(30)
+    pruner.join(30)
+    assert done["prune"] == (0, 0)
+    with Sandbox(rootfs="team/bb:1.0") as sb:
+        assert sb.exec("cat /etc/motd").stdout == b"hello from the image\n"

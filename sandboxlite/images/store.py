@@ -48,6 +48,11 @@ def import_archive(source: str | os.PathLike | IO[bytes], *, tag: str | None = N
                    platform: str | None = None) -> list[ImageInfo]:  # fmt: skip
     """Every image of an archive (a path, or a binary stream such as stdin), installed and named:
     by ``tag`` when given (the archive must then hold one image), else by the archive's own names."""
+    with _blobs_locked(fcntl.LOCK_SH):  # (prune waits: the blobs stored here are no image's until installed)
+        return _import_locked(source, tag, platform)
+
+
+def _import_locked(source, tag: str | None, platform: str | None) -> list[ImageInfo]:
     records = _runnable(oci.read_archive(source, blob_store(), platform=platform), platform, source)
     if tag is not None:
         if len(records) != 1:
@@ -122,6 +127,19 @@ def _oci_record(record: oci.ImageRecord) -> dict:
 
 
 @contextmanager
+def _blobs_locked(kind: int) -> Iterator[None]:
+    """The blob store's lock: shared by imports, exclusive for prune."""
+    root = paths.home() / "oci"
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / ".blobs.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, kind)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
 def _locked() -> Iterator[None]:
     """The names index's lock (imports and removals in other processes wait)."""
     images_dir().mkdir(parents=True, exist_ok=True)
@@ -177,7 +195,13 @@ def remove(spec: str) -> list[str]:
 
 
 def prune() -> tuple[int, int]:
-    """Remove the blobs no image in the store uses: (blobs removed, bytes freed)."""
+    """Remove the blobs no image in the store uses: (blobs removed, bytes freed).  Waits for the
+    imports in progress (theirs are no image's yet)."""
+    with _blobs_locked(fcntl.LOCK_EX):
+        return _prune_locked()
+
+
+def _prune_locked() -> tuple[int, int]:
     used = set()
     for info in oci_images():
         rec = info.manifest["oci"]
