@@ -13,7 +13,7 @@ import errno
 import math
 import os
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,9 +275,12 @@ def check_env_pair(key: Any, value: Any, field_name: str = "env") -> None:
         raise ConfigError(f"{field_name}[{key!r}]", f"must be a string without NUL bytes, got {value!r}")
 
 
-def base_env(config: SandboxConfig, places: Mapping[str, str] | None = None) -> dict[str, str]:
+def base_env(config: SandboxConfig, places: Mapping[str, str] | None = None,
+             image: Sequence[tuple[str, str]] = ()) -> dict[str, str]:  # fmt: skip
     """The environment every command starts from (``places``: a Landlock sandbox's HOME and
-    TMPDIR, and no HOSTNAME: without a UTS namespace the host's name is the sandbox's)."""
+    TMPDIR, and no HOSTNAME: without a UTS namespace the host's name is the sandbox's).  A
+    container image's own ``Env`` (``image``) goes over sandboxlite's defaults (its PATH, LANG,
+    ...), but not over the sandbox's own places (HOME, TMPDIR), the proxy or ``config.env``."""
     env = {
         "PATH": DEFAULT_PATH,
         "HOME": "/root",
@@ -291,6 +294,7 @@ def base_env(config: SandboxConfig, places: Mapping[str, str] | None = None) -> 
         "MPLBACKEND": "Agg",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    env.update((k, v) for k, v in image if k not in ("HOME", "TMPDIR", "HOSTNAME"))
     if config.policy is not None:  # what curl, pip, apt, requests, urllib and git go through
         for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
             env[name] = env[name.lower()] = PROXY_URL

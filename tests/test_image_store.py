@@ -42,7 +42,7 @@ def made(tmp_path_factory):
     run("umoci", "new", "--image", f"{layout}:a")
     umoci_layer(layout, "a", d / "base")
     run("umoci", "config", "--image", f"{layout}:a", "--architecture", "amd64", "--os", "linux",
-        "--config.env", "PATH=/bin")  # fmt: skip
+        "--config.env", "PATH=/bin", "--config.env", "GREETING=hello world", "--config.env", "HOME=/nothere")  # fmt: skip
     run("umoci", "config", "--image", f"{layout}:a", "--config.label", "b=1", "--tag", "b")
     bundle = d / "bundle-b"  # B's layer: what umoci repack finds changed (a removal becomes a whiteout)
     run("umoci", "unpack", "--image", f"{layout}:b", str(bundle))
@@ -223,3 +223,16 @@ def test_prune_waits_for_an_import_in_progress(made, home):
     assert done["prune"] == (0, 0)
     with Sandbox(rootfs="team/bb:1.0") as sb:
         assert sb.exec("cat /etc/motd").stdout == b"hello from the image\n"
+
+
+def test_the_image_env_is_the_commands_env_under_the_sandboxs_own(made, home):
+    """Its Env goes over sandboxlite's defaults (PATH, ...), not over the sandbox's places (HOME) or
+    the caller's env."""
+    cli("image", "import", str(made.a))
+    with Sandbox(image="team/bb:1.0") as sb:
+        assert sb.exec('echo "$GREETING|$PATH|$HOME"').stdout == b"hello world|/bin|/root\n"
+    with Sandbox(image="team/bb:1.0", env={"GREETING": "mine"}) as sb:
+        assert sb.exec('echo "$GREETING"').stdout == b"mine\n"
+    with Sandbox(rootfs="host") as sb:  # no container image: sandboxlite's own defaults
+        assert b"GREETING" not in sb.exec("env").stdout
+

@@ -32,6 +32,7 @@ May import: errors, paths, isolation.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -112,6 +113,7 @@ class RootfsPlan:
     path: str  # the source directory ("/" for host)
     binds: tuple[tuple[str, str], ...]  # (host source, sandbox destination), read-only
     symlinks: tuple[tuple[str, str], ...]  # (link target, sandbox path)
+    env: tuple[tuple[str, str], ...] = ()  # a container image's own environment (its config's Env)
 
 
 def auto_choice(env: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -167,17 +169,23 @@ def _image_plan(spec: str) -> RootfsPlan:
             hint=f"sandboxlite rootfs rm {spec} && sandboxlite rootfs build {spec}",
         )
     st = manifest.stat()
-    _check_manifest(str(root.parent), st.st_mtime_ns, st.st_size)
-    return dir_plan(str(root), name=spec)
+    env = _manifest_env(str(root.parent), st.st_mtime_ns, st.st_size)
+    plan = dir_plan(str(root), name=spec)
+    return dataclasses.replace(plan, env=env) if env else plan
 
 
 @functools.lru_cache(maxsize=32)
-def _check_manifest(image: str, _mtime_ns: int, _size: int) -> None:
-    """A manifest that does not parse marks a damaged image (checked again when it changes)."""
+def _manifest_env(image: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, str], ...]:
+    """A container image's environment (its config's ``Env``; nothing for a built image), read
+    again when the manifest changes.  A manifest that does not parse marks a damaged image."""
     from .manifest import read_manifest
 
-    if not isinstance(read_manifest(Path(image)), dict):
+    manifest = read_manifest(Path(image))
+    if not isinstance(manifest, dict):
         raise RootfsError(f"{image}/manifest.json is corrupt: not a JSON object", hint="sandboxlite rootfs rm NAME")
+    config = (manifest.get("oci") or {}).get("config") or {}
+    pairs = [item.split("=", 1) for item in config.get("env") or () if isinstance(item, str) and "=" in item]
+    return tuple((k, v) for k, v in pairs if k and "\0" not in k + v)
 
 
 def _top_level(root: str, skip: frozenset[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

@@ -378,7 +378,8 @@ class Jail:
 
     def __init__(self, p: JailPlan) -> None:
         self.plan = p
-        self.env = base_env(p.config, dict(p.env) if p.isolation == "landlock" else None)  # every command's
+        self.env = base_env(p.config, dict(p.env) if p.isolation == "landlock" else None,  # every command's
+                            p.rootfs.env)  # fmt: skip
         self._env_list = [f"{k}={v}" for k, v in self.env.items()]
         self.timings: dict[str, float] = {}
         self.chan: Channel | None = None
