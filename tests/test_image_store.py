@@ -236,3 +236,17 @@ def test_the_image_env_is_the_commands_env_under_the_sandboxs_own(made, home):
     with Sandbox(rootfs="host") as sb:  # no container image: sandboxlite's own defaults
         assert b"GREETING" not in sb.exec("env").stdout
 
+
+
+def test_an_image_in_use_is_not_removed(made, home):
+    cli("image", "import", str(made.a))
+    with Sandbox(image="team/bb:1.0") as sb:
+        r = CliRunner().invoke(main, ["image", "rm", "team/bb:1.0"])
+        assert r.exit_code == 125 and "in use by a running sandbox" in r.output, r.output
+        sb.reset()
+        assert sb.exec("cat /etc/motd").stdout == b"hello from the image\n"  # still whole
+    with SandboxPool(size=2, image="team/bb:1.0") as pool:
+        with pytest.raises(ImageError, match="in use"):
+            store.remove("team/bb:1.0")
+    assert store.remove("team/bb:1.0") == ["docker.io/team/bb:1.0"]  # every sandbox closed: it goes
+    assert store.oci_images() == []

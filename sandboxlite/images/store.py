@@ -186,12 +186,28 @@ def find_image(spec: str) -> ImageInfo:
 def remove(spec: str) -> list[str]:
     """Remove the image ``spec`` names and every name it had; the names removed."""
     info = find_image(spec)
-    with _locked():
+    with _locked(), _unused(info):
         table = names()
         gone = sorted(ref for ref, image in table.items() if image == info.name)
         _write_names({ref: image for ref, image in table.items() if image != info.name})
         remove_tree(info.path)
     return gone
+
+
+@contextmanager
+def _unused(info: ImageInfo) -> Iterator[None]:
+    """The image's manifest locked for its removal: ImageError while a sandbox uses the image (each
+    holds a shared lock while it lives: where.hold); a sandbox starting meanwhile waits, then fails."""
+    fd = os.open(info.path / MANIFEST, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ImageError(f"{info.name} is in use by a running sandbox",
+                             hint="close the sandboxes (and pools) that use it, then remove it") from None  # fmt: skip
+        yield
+    finally:
+        os.close(fd)
 
 
 def prune() -> tuple[int, int]:

@@ -11,13 +11,14 @@ to turn ``python:3.12-slim`` into an image.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
 from pathlib import Path
 
 from .. import paths
-from ..errors import ImageError
+from ..errors import ImageError, RootfsError
 
 NAMES = ".names"
 
@@ -70,3 +71,27 @@ def find(spec: str) -> str | None:
     if name is not None and os.path.isdir(images_dir() / name):
         return name
     return None
+
+
+def hold(name: str | None) -> int | None:
+    """Mark the container image ``name`` in use by a starting sandbox (a shared lock on its
+    manifest, until the descriptor returned is closed): ``image rm`` refuses it meanwhile, from any
+    process.  None for anything else (built images, directories, the host)."""
+    if not name or not name.startswith("oci-"):
+        return None
+    path = images_dir() / name / "manifest.json"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise RootfsError(f"the image {name} was removed as the sandbox was starting",
+                          hint="import it again: sandboxlite image import FILE") from None  # fmt: skip
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        if not path.exists():  # removed while we waited for the lock
+            raise RootfsError(f"the image {name} was removed as the sandbox was starting",
+                              hint="import it again: sandboxlite image import FILE")  # fmt: skip
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+

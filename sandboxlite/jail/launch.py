@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from .. import images
+from ..images import where
 from ..config import SandboxConfig, base_env, check_env_pair, resolve_path
 from ..errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, SetupError, SnapshotError, file_error
 from ..executor.protocol import (
@@ -96,10 +97,12 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
         host.warn_once("rootfs-auto-host", f"rootfs='auto': {images.auto_choice()[1]} (build the default "
                        f"image: sandboxlite rootfs build {images.DEFAULT_PROFILE})")  # fmt: skip
     owner = os.stat(root.path).st_uid if root.kind == "dir" else None
-    lease, slot, tree_fd, uid_note = _take_slot(host, root, owner)
+    image_hold = where.hold(root.name)  # a container image: `image rm` refuses it while the jail lives
+    lease, slot, tree_fd, uid_note = (None, None, None, None)
     pool = net_fd = snaps_fd = None
     holds: list[int] = []
     try:
+        lease, slot, tree_fd, uid_note = _take_slot(host, root, owner)
         preflight(config, root, host, slot)
         snaps, snaps_idmapped, layers = "", False, ()
         if snapshot is not None and snapshot.shared:
@@ -136,9 +139,12 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
         lease = None  # the jail gives it back when it is torn down
         jail.uid_note = uid_note
         jail.snapshot, jail._holds, holds = snapshot, holds, []
+        jail._image_hold, image_hold = image_hold, None
         return jail
     finally:
         release(holds)
+        if image_hold is not None:
+            os.close(image_hold)
         if lease is not None:
             lease.release()
         for fd in (net_fd, tree_fd, snaps_fd):
@@ -397,6 +403,7 @@ class Jail:
         self._lease = None  # the host uid lease (slots.py), given back once nothing runs as it
         self.snapshot: Snapshot | None = None  # what the current generation was built over (None: the image)
         self._holds: list[int] = []  # the store's locks on its layers (snapshot.Store.hold)
+        self._image_hold: int | None = None  # the lock on its container image (images.where.hold)
         self._places = None  # a Landlock sandbox's directories (landlock.py), removed at teardown
         self.uid_note = ""  # why this jail shares its host uid with others (when it does)
         self._owner = os.getpid()  # a forked child holds copies: it must not tear the jail down
@@ -527,6 +534,9 @@ class Jail:
             self._lease.release()  # bwrap is reaped: with the PID namespace, all of the jail is gone
             self._lease = None
         release(self._holds)  # its snapshot may be removed now
+        if self._image_hold is not None:
+            os.close(self._image_hold)  # and its image
+            self._image_hold = None
 
     def _close_own_fds(self) -> None:
         for name in ("_pidfd", "_init_pidfd", "_err_r", "_info_r"):
