@@ -155,9 +155,10 @@ def paper(args) -> None:
 @click.option("--workdir", default="/testbed", show_default=True)
 @click.option("--memory-mb", type=int, default=None, help="Memory limit in MiB.")
 @isolation_option
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def exec_(rootfs, image, mounts, timeout, network, network_log, envs, workdir, memory_mb, isolation, command) -> None:
-    """Run COMMAND in a fresh sandbox and pass its exit code through.
+    """Run COMMAND in a fresh sandbox and pass its exit code through (with --image and no COMMAND:
+    the image's own Entrypoint and Cmd).
 
     Example: sandboxlite exec -- python3 -c 'print(6*7)'
     """
@@ -173,6 +174,7 @@ def exec_(rootfs, image, mounts, timeout, network, network_log, envs, workdir, m
         limits = Limits(**({"memory_mb": memory_mb} if memory_mb else {}))
         if timeout is not None:
             limits = dataclasses.replace(limits, timeout_s=timeout)
+        command = command or _image_command(image)
         config = SandboxConfig(
             rootfs=_image_root(image, rootfs),
             mounts=tuple(Mount.parse(m) for m in mounts),
@@ -240,6 +242,22 @@ def _image_root(image: str | None, rootfs: str | None) -> str | None:
     except RootfsError as e:
         raise ConfigError("--image", e.message, hint=e.hint) from None
     return image
+
+
+def _image_command(image: str | None) -> tuple[str, ...]:
+    """``exec --image REF`` without a command: the image's Entrypoint + Cmd (as docker run does)."""
+    if image is None:
+        raise click.UsageError("give the COMMAND to run (after --)")
+    from .images import store
+
+    try:
+        config = store.find_image(image).manifest["oci"].get("config") or {}
+    except RootfsError as e:
+        raise ConfigError("--image", e.message, hint=e.hint) from None
+    argv = tuple(config.get("entrypoint") or ()) + tuple(config.get("cmd") or ())
+    if not argv:
+        raise click.UsageError(f"the image {image} names no command (no Entrypoint or Cmd): give the COMMAND")
+    return argv
 
 
 def _check_rootfs(spec: str, field: str) -> None:

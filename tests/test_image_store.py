@@ -42,7 +42,8 @@ def made(tmp_path_factory):
     run("umoci", "new", "--image", f"{layout}:a")
     umoci_layer(layout, "a", d / "base")
     run("umoci", "config", "--image", f"{layout}:a", "--architecture", "amd64", "--os", "linux",
-        "--config.env", "PATH=/bin", "--config.env", "GREETING=hello world", "--config.env", "HOME=/nothere")  # fmt: skip
+        "--config.env", "PATH=/bin", "--config.env", "GREETING=hello world", "--config.env", "HOME=/nothere",
+        "--config.cmd", "cat", "--config.cmd", "/etc/motd")  # fmt: skip
     run("umoci", "config", "--image", f"{layout}:a", "--config.label", "b=1", "--tag", "b")
     bundle = d / "bundle-b"  # B's layer: what umoci repack finds changed (a removal becomes a whiteout)
     run("umoci", "unpack", "--image", f"{layout}:b", str(bundle))
@@ -250,3 +251,12 @@ def test_an_image_in_use_is_not_removed(made, home):
             store.remove("team/bb:1.0")
     assert store.remove("team/bb:1.0") == ["docker.io/team/bb:1.0"]  # every sandbox closed: it goes
     assert store.oci_images() == []
+
+
+def test_exec_of_an_image_without_a_command_runs_its_entrypoint_and_cmd(made, home):
+    cli("image", "import", str(made.a))
+    r = CliRunner().invoke(main, ["exec", "--image", "team/bb:1.0"])
+    assert (r.exit_code, r.output) == (0, "hello from the image\n"), r.output
+    r = CliRunner().invoke(main, ["exec", "--rootfs", "host"])
+    assert r.exit_code == 2 and "give the COMMAND" in r.output
+
