@@ -260,3 +260,25 @@ def test_exec_of_an_image_without_a_command_runs_its_entrypoint_and_cmd(made, ho
     r = CliRunner().invoke(main, ["exec", "--rootfs", "host"])
     assert r.exit_code == 2 and "give the COMMAND" in r.output
 
+
+
+def test_the_papers_runtime_runs_a_rows_docker_image_from_the_store(made, home, caplog):
+    import logging
+
+    from sandboxlite.compat import llm_in_sandbox as compat
+
+    cli("image", "import", str(made.a))
+    assert compat.root_for("team/bb:1.0") == "team/bb:1.0"
+    assert compat.root_for("docker.io/team/bb:1.0") == "docker.io/team/bb:1.0"
+    assert compat.root_for("cdxy1028/llm-in-sandbox:v0.1") == "auto"  # not imported: the default
+    with caplog.at_level(logging.INFO, logger="DockerRuntime"):
+        rt = compat.SandboxRuntime("team/bb:1.0")
+        try:
+            assert rt.sandbox.exec("cat /etc/motd").stdout == b"hello from the image\n"
+        finally:
+            rt.close()
+    assert "the container image, from sandboxlite's store" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="DockerRuntime"):
+        compat.SandboxRuntime("team/none:1").close()  # not in the store: the default root, said
+    assert "team/none:1 is not in sandboxlite's store" in caplog.text and "'auto' instead" in caplog.text

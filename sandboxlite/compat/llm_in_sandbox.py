@@ -31,8 +31,9 @@ What is the same (checked against the package's own code by tests/test_compat_ll
   its three ``PIP_*`` variables; ``get_task_instruction`` returns the statement; ``close()`` is
   idempotent and sets ``container`` to None.
 
-What differs, on purpose: no Docker (``docker_image`` picks a sandboxlite image: one of that name
-if built, else the default; ``client`` is None); the network is off unless
+What differs, on purpose: no Docker (``docker_image`` is that container image when sandboxlite's
+store holds it (``sandboxlite image import``), else a built image of that name, else the default,
+with a warning saying so; ``client`` is None); the network is off unless
 ``network_mode="host"``; ``setup_env`` does not point pip at the package's mirror in China;
 symlinks copied out are kept only when they stay inside the copied tree (the host's files are
 never written through a link); output is capped at ``Limits.output_bytes`` per stream.
@@ -118,13 +119,10 @@ def config_for(docker_image: str, repo_path: str, docker_kwargs: Mapping[str, An
     if unknown:
         raise TypeError(f"SandboxRuntime does not support the Docker option(s) {', '.join(unknown)} "
                         f"(supported: {', '.join(DOCKER_OPTIONS)})")  # fmt: skip
-    from .. import images as rootfs
-
     cfg = base or SandboxConfig()
     changes: dict[str, Any] = {"workdir": docker_kwargs.get("working_dir") or repo_path}
     if base is None:
-        name = docker_image.rsplit("/", 1)[-1].split(":", 1)[0] if docker_image else ""
-        changes["rootfs"] = name if name and rootfs.image_root(name).is_dir() else "auto"
+        changes["rootfs"] = root_for(docker_image)
     env = docker_kwargs.get("environment") or {}
     if not isinstance(env, Mapping):  # docker-py also takes ["K=V", ...]
         env = dict(str(e).split("=", 1) for e in env)
@@ -140,6 +138,18 @@ def config_for(docker_image: str, repo_path: str, docker_kwargs: Mapping[str, An
     if "volumes" in docker_kwargs:
         changes["mounts"] = (*cfg.mounts, *_mounts(docker_kwargs["volumes"]))
     return cfg.replace(**changes)
+
+
+def root_for(docker_image: str) -> str:
+    """The root a row's ``docker_image`` stands for: that container image when the store holds it
+    (``sandboxlite image import``), else a built image of its name (``.../science:latest`` is
+    science), else ``"auto"`` (the runtime says so)."""
+    from ..images import image_root, where
+
+    if docker_image and where.find(docker_image) is not None:
+        return docker_image
+    name = docker_image.rsplit("/", 1)[-1].split(":", 1)[0] if docker_image else ""
+    return name if name and image_root(name).is_dir() else "auto"
 
 
 class SandboxRuntime:
@@ -182,7 +192,12 @@ class SandboxRuntime:
             self._release()
             raise
         self.logger.info("sandbox environment initialized")
-        self.logger.info(f"image: {self.docker_image} (sandboxlite rootfs {self.sandbox.config.rootfs!r})")
+        root = self.sandbox.config.rootfs
+        if root == self.docker_image:
+            self.logger.info(f"image: {self.docker_image} (the container image, from sandboxlite's store)")
+        else:
+            self.logger.warning(f"image: {self.docker_image} is not in sandboxlite's store (sandboxlite image "
+                                f"import FILE): running on sandboxlite's rootfs {root!r} instead")  # fmt: skip
 
     @staticmethod
     def _get_container_name(image_name: str) -> str:
