@@ -282,3 +282,15 @@ def test_the_papers_runtime_runs_a_rows_docker_image_from_the_store(made, home, 
     with caplog.at_level(logging.INFO, logger="DockerRuntime"):
         compat.SandboxRuntime("team/none:1").close()  # not in the store: the default root, said
     assert "team/none:1 is not in sandboxlite's store" in caplog.text and "'auto' instead" in caplog.text
+
+
+def test_an_rllm_row_runs_in_its_docker_image_when_the_store_holds_it(made, home):
+    from sandboxlite.rl.adapters.rllm import task_from_row
+
+    cli("image", "import", str(made.a))
+    row = {"id": "r1", "problem_statement": "q", "docker_image": "team/bb:1.0", "ground_truth": "5"}
+    task = task_from_row(row)
+    assert task.rootfs == "team/bb:1.0" and task.metadata["docker_image"] == "team/bb:1.0"
+    assert task_from_row({**row, "rootfs": "host"}).rootfs == "host"  # the row's own root wins
+    with pytest.warns(RuntimeWarning, match="cdxy/none:v1 is not in sandboxlite's store"):
+        assert task_from_row({**row, "docker_image": "cdxy/none:v1"}).rootfs == "auto"

@@ -43,11 +43,13 @@ import hashlib
 import json
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ...agent.task import _FIELDS as TASK_FIELDS
 from ...agent.task import Task
+from ...images import where
 from ...jail.pool import SandboxPool
 from ..env import SandboxEnv
 
@@ -91,12 +93,26 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
     for key in list(data):
         if key in TASK_FIELDS:
             values[key] = data.pop(key)
+    _root_of_row(values, data.get("docker_image"))
     for key in _ANSWER_KEYS:
         if key in data and "answer" not in metadata:
             metadata["answer"] = data.pop(key)
     metadata.update(data)  # the rest (data_source, ...) is kept
     values["metadata"] = metadata
     return Task.from_dict(values)
+
+
+def _root_of_row(values: dict[str, Any], docker_image: Any) -> None:
+    """The paper's rows name a ``docker_image``: the task's root when sandboxlite's store holds it
+    (``sandboxlite image import``) and the row names no root of its own; otherwise the default root,
+    said once per image.  (An env over a shared pool runs the pool's root whatever the task says.)"""
+    if not isinstance(docker_image, str) or not docker_image or "rootfs" in values or "image" in values:
+        return
+    if where.find(docker_image) is not None:
+        values["rootfs"] = docker_image
+    else:  # (a warning: Python shows each text once, and a dataset repeats one image in every row)
+        warnings.warn(f"the row's docker_image {docker_image} is not in sandboxlite's store (sandboxlite image "
+                      "import FILE): its tasks run on the default root", RuntimeWarning, stacklevel=3)
 
 
 try:  # the real base class where rllm is installed (its engine checks isinstance)
