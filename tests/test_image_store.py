@@ -246,7 +246,8 @@ def test_an_image_in_use_is_not_removed(made, home):
         assert r.exit_code == 125 and "in use by a running sandbox" in r.output, r.output
         sb.reset()
         assert sb.exec("cat /etc/motd").stdout == b"hello from the image\n"  # still whole
-    with SandboxPool(size=2, image="team/bb:1.0") as pool:
+    with SandboxPool(size=2, image="team/bb:1.0") as pool:  # warm, idle sandboxes use it too
+        assert pool.size == 2
         with pytest.raises(ImageError, match="in use"):
             store.remove("team/bb:1.0")
     assert store.remove("team/bb:1.0") == ["docker.io/team/bb:1.0"]  # every sandbox closed: it goes
