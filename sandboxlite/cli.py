@@ -850,7 +850,7 @@ def image() -> None:
 
 
 @image.command("import")
-@click.argument("source")
+@click.argument("source", type=click.Path(exists=True, allow_dash=True))
 @click.option("--tag", help="Name the image this (the archive must hold one); else the archive's own names.")
 @click.option("--platform", help="os/arch of a multi-platform archive (default: this machine's).")
 @_errors_to_exit_codes

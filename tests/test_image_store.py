@@ -295,3 +295,13 @@ def test_an_rllm_row_runs_in_its_docker_image_when_the_store_holds_it(made, home
     assert task_from_row({**row, "rootfs": "host"}).rootfs == "host"  # the row's own root wins
     with pytest.warns(RuntimeWarning, match="cdxy/none:v1 is not in sandboxlite's store"):
         assert task_from_row({**row, "docker_image": "cdxy/none:v1"}).rootfs == "auto"
+
+
+def test_bad_arguments_are_usage_errors_before_anything_is_read(made, home):
+    for args, said in ((["--tag", "Bad Name"], "tag: invalid image reference"),
+                       (["--platform", "linux"], "platform: invalid platform"),
+                       ([], "does not exist")):  # fmt: skip
+        target = str(made.a) if args else str(home / "nothere.tar")
+        r = CliRunner().invoke(main, ["image", "import", *args, target])
+        assert r.exit_code == 2 and said in r.output, r.output
+    assert blobs() == set() and store.oci_images() == []

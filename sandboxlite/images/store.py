@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from .. import paths
-from ..errors import ImageError
+from ..errors import ConfigError, ImageError
 from . import oci, unpack
 from .blobs import BlobStore
 from .manage import ImageInfo, image_dir, list_images
@@ -48,17 +48,29 @@ def import_archive(source: str | os.PathLike | IO[bytes], *, tag: str | None = N
                    platform: str | None = None) -> list[ImageInfo]:  # fmt: skip
     """Every image of an archive (a path, or a binary stream such as stdin), installed and named:
     by ``tag`` when given (the archive must then hold one image), else by the archive's own names."""
+    name = _argument(oci.parse_reference, tag, "tag")  # (bad arguments before anything is read)
+    _argument(oci.parse_platform, platform, "platform")
     with _blobs_locked(fcntl.LOCK_SH):  # (prune waits: the blobs stored here are no image's until installed)
-        return _import_locked(source, tag, platform)
+        return _import_locked(source, name, platform)
 
 
-def _import_locked(source, tag: str | None, platform: str | None) -> list[ImageInfo]:
+def _argument(parse, value: str | None, field: str) -> str | None:
+    """``value`` parsed (canonical), or a ConfigError naming the argument."""
+    if value is None:
+        return None
+    try:
+        return str(parse(value))
+    except ImageError as e:
+        raise ConfigError(field, e.message, hint=e.hint) from None
+
+
+def _import_locked(source, name: str | None, platform: str | None) -> list[ImageInfo]:
     records = _runnable(oci.read_archive(source, blob_store(), platform=platform), platform, source)
-    if tag is not None:
+    if name is not None:
         if len(records) != 1:
             raise ImageError(f"--tag names one image, and {_shown(source)} holds {len(records)}",
                              hint="import it without --tag: each image keeps the archive's own names")  # fmt: skip
-        records = [dataclasses.replace(records[0], names=[str(oci.parse_reference(tag))])]
+        records = [dataclasses.replace(records[0], names=[name])]
     return [install(r) for r in records]
 
 
