@@ -35,8 +35,12 @@ from .manifest import MANIFEST, give_to_sandbox_user, read_manifest, remove_tree
 from .where import NAMES, find, images_dir, names
 
 
+def _oci_dir() -> Path:
+    return paths.home() / "oci"
+
+
 def blob_store() -> BlobStore:
-    return BlobStore(paths.home() / "oci" / "blobs")
+    return BlobStore(_oci_dir() / "blobs")
 
 
 def image_name(record: oci.ImageRecord) -> str:
@@ -139,11 +143,10 @@ def _oci_record(record: oci.ImageRecord) -> dict:
 
 
 @contextmanager
-def _blobs_locked(kind: int) -> Iterator[None]:
-    """The blob store's lock: shared by imports, exclusive for prune."""
-    root = paths.home() / "oci"
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / ".blobs.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+def _flocked(path: Path, kind: int) -> Iterator[None]:
+    """The lock file ``path`` (made if missing) flocked ``kind`` for the block: other processes wait."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, kind)
         yield
@@ -151,16 +154,14 @@ def _blobs_locked(kind: int) -> Iterator[None]:
         os.close(fd)
 
 
-@contextmanager
-def _locked() -> Iterator[None]:
-    """The names index's lock (imports and removals in other processes wait)."""
-    images_dir().mkdir(parents=True, exist_ok=True)
-    fd = os.open(images_dir() / ".names.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+def _blobs_locked(kind: int):
+    """The blob store's lock: shared by imports, exclusive for prune."""
+    return _flocked(_oci_dir() / ".blobs.lock", kind)
+
+
+def _locked():
+    """The names index's lock (imports and removals)."""
+    return _flocked(images_dir() / ".names.lock", fcntl.LOCK_EX)
 
 
 def _write_names(table: dict[str, str]) -> None:

@@ -58,6 +58,8 @@ def find(spec: str) -> str | None:
     """The image a container reference names (``python:3.12-slim``, ``docker.io/library/python``,
     ``localhost:5000/x@sha256:...``), or None when the store knows no such name.  A spec that is
     no reference at all is None too (the caller says what it looked for)."""
+    if spec.startswith(("/", ".")):
+        return None  # a path: no reference (and no stat of the index on a directory's start)
     known = names()
     if not known:
         return None
