@@ -845,7 +845,8 @@ def rootfs_rm(name) -> None:
 
 @main.group()
 def image() -> None:
-    """Container images as sandbox roots: import docker/podman/OCI archives, list, inspect, remove.
+    """Container images as sandbox roots: pull from a registry, import docker/podman/OCI archives,
+    list, inspect, remove.
     A sandbox starts from one by its name: Sandbox(rootfs="python:3.12-slim"), exec --rootfs NAME."""
 
 
@@ -863,6 +864,40 @@ def image_import(source, tag, platform) -> None:
     for info in store.import_archive(src, tag=tag, platform=platform):
         shown = ", ".join(info.manifest["oci"]["names"]) or "(no name: use the id)"
         click.echo(f"{info.name}: {shown} ({info.manifest['size_bytes'] / (1 << 20):.1f} MiB)")
+
+
+@image.command("pull")
+@click.argument("reference")
+@click.option("--platform", help="os/arch of a multi-platform image (default: this machine's).")
+@click.option("--username", "-u", help="Log in as this user (default: the login docker/podman saved).")
+@click.option("--password-stdin", is_flag=True, help="Read the password from stdin (with --username).")
+@click.option("--insecure", is_flag=True, help="Plain http (no TLS): only for a registry on this machine (loopback).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress, only the result.")
+@_errors_to_exit_codes
+def image_pull(reference, platform, username, password_stdin, insecure, quiet) -> None:
+    """Pull REFERENCE (python:3.12-slim, ghcr.io/o/r:tag, 127.0.0.1:5000/app@sha256:...) from its
+    registry into the store.  Every blob is checked against its digest; blobs already here (a
+    shared base) are not fetched; a broken download resumes where it stopped."""
+    from .images import store
+    from .images.credentials import Credentials
+    from .images.progress import ProgressBar
+
+    credentials = None
+    if password_stdin and not username:
+        raise click.UsageError("--password-stdin needs --username")
+    if username:
+        if not password_stdin:
+            raise click.UsageError("--username needs --password-stdin (a password on the command line leaks to ps)")
+        credentials = Credentials(username, sys.stdin.readline().rstrip("\r\n"))
+    bar = None if quiet else ProgressBar(sys.stderr)
+    try:
+        info = store.pull_image(reference, platform=platform, credentials=credentials, insecure=insecure,
+                                progress=bar)  # fmt: skip
+    finally:
+        if bar is not None:
+            bar.close()
+    shown = ", ".join(info.manifest["oci"]["names"])
+    click.echo(f"{info.name}: {shown} ({info.manifest['size_bytes'] / (1 << 20):.1f} MiB)")
 
 
 @image.command("list")

@@ -12,10 +12,13 @@ an archive or a manifest is checked by ``check_digest`` before it becomes part o
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -119,6 +122,45 @@ class BlobStore:
             _unlink_quietly(tmp)
         return digest
 
+    @contextmanager
+    def partial(self, digest: str, size: int, *, max_bytes: int) -> Iterator[Partial]:
+        """The partial download of blob ``digest`` (``size`` bytes), ``ROOT/.partial-HEX``, held
+        exclusively while the block runs (a second download of the same blob waits, then finds it
+        whole).  What an earlier, interrupted download left is kept and continued; ``finish()``
+        moves the blob into place once it is whole and hashes to its digest."""
+        check_digest(digest, "blob digest")
+        if size > max_bytes:
+            raise _too_large(digest, max_bytes)
+        self._blob_dir()
+        path = self.root / f".partial-{digest.split(':', 1)[1]}"
+        fd = self._lock_partial(path)
+        try:
+            yield Partial(self, digest, size, fd, path)
+        finally:
+            if self.has(digest) and _same_file(path, fd):
+                _unlink_quietly(str(path))  # (the blob came another way: what we created meanwhile goes)
+            os.close(fd)
+
+    def _lock_partial(self, path: Path) -> int:
+        """``path`` opened and locked; when the holder before us moved it into place (or removed it)
+        while we waited, the file we hold is no longer the partial one: open again."""
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            except OSError as e:
+                raise self._write_error(e) from None
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(path, fd):
+                return fd
+            os.close(fd)
+
+    def partials(self) -> list[Path]:
+        """The partial downloads in the store (kept to be resumed; prune removes unlocked ones)."""
+        try:
+            return sorted(self.root.glob(".partial-*"))
+        except OSError:
+            return []
+
     def _blob_dir(self) -> Path:
         blob_dir = self.root / ALGORITHM
         try:
@@ -141,6 +183,91 @@ class BlobStore:
     def _write_error(self, e: OSError) -> ImageError:
         hint = "free some space there (df -h), or point SANDBOXLITE_HOME at a disk with room"
         return ImageError(f"cannot write a blob into {self.root}: {e.strerror or e}", hint=hint)
+
+
+class Partial:
+    """One blob being downloaded (see ``BlobStore.partial``): its bytes so far, hashed as they come."""
+
+    def __init__(self, blobs: BlobStore, digest: str, size: int, fd: int, path: Path) -> None:
+        self.blobs, self.digest, self.size, self.fd, self.path = blobs, digest, size, fd, path
+        self.hash = hashlib.sha256()
+        self.have = 0
+        self._rehash()
+
+    def _rehash(self) -> None:
+        """Hash what an earlier download left (more than the blob: garbage, dropped)."""
+        length = os.fstat(self.fd).st_size
+        if length > self.size:
+            os.ftruncate(self.fd, 0)
+            length = 0
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        while self.have < length:
+            chunk = os.read(self.fd, min(CHUNK, length - self.have))
+            if not chunk:
+                break
+            self.hash.update(chunk)
+            self.have += len(chunk)
+
+    def append(self, stream: IO[bytes], start: int, on_bytes: Callable[[int], None] | None = None) -> None:
+        """Write ``stream`` (the blob from byte ``start``, which is 0 or ``self.have``) to the end of
+        the download, never past the blob's size."""
+        if start != self.have:
+            if start != 0:
+                raise ImageError(f"a download of {self.digest} resumed at byte {start}, not {self.have}",
+                                 hint="pull again")  # fmt: skip
+            os.ftruncate(self.fd, 0)
+            self.hash, self.have = hashlib.sha256(), 0
+        os.lseek(self.fd, self.have, os.SEEK_SET)
+        while self.have < self.size:
+            chunk = stream.read(min(CHUNK, self.size - self.have))
+            if not chunk:
+                break
+            self.hash.update(chunk)
+            try:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(self.fd, view):]
+            except OSError as e:
+                raise self.blobs._write_error(e) from None
+            self.have += len(chunk)
+            if on_bytes is not None:
+                on_bytes(len(chunk))
+        if self.have == self.size and stream.read(1):
+            self.discard()
+            raise ImageError(f"blob {self.digest} is longer than the {self.size} bytes its descriptor says",
+                             hint="the registry served other content than it names: do not trust it")  # fmt: skip
+
+    def finish(self) -> None:
+        """Move the whole, verified blob into the store (a wrong one is removed, and refused)."""
+        if self.have != self.size:
+            raise ImageError(f"blob {self.digest} ended after {self.have} of {self.size} bytes",
+                             hint="pull again: it resumes where it stopped")  # fmt: skip
+        got = f"{ALGORITHM}:{self.hash.hexdigest()}"
+        if got != self.digest:
+            self.discard()
+            raise ImageError(f"blob {self.digest} does not match its digest (its content hashes to {got})",
+                             hint="the registry (or something between) served other content than it names: "
+                                  "do not trust it")  # fmt: skip
+        try:
+            os.fchmod(self.fd, 0o444)
+            os.fsync(self.fd)
+            os.replace(self.path, self.blobs.path(self.digest))
+        except OSError as e:
+            raise self.blobs._write_error(e) from None
+
+    def discard(self) -> None:
+        os.ftruncate(self.fd, 0)
+        self.hash, self.have = hashlib.sha256(), 0
+        _unlink_quietly(str(self.path))
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
 def _copy_hashing(stream: IO[bytes], fd: int, limit: int) -> tuple[str, int]:

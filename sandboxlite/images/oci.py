@@ -355,7 +355,7 @@ def read_archive(source: str | os.PathLike | IO[bytes], blobs: BlobStore, *, pla
     want = (parse_platform(platform) if platform else host_platform()).normalised()
     budget = _Budget(blobs, max_bytes)
     if hasattr(source, "read"):
-        archive: _Archive = _read_tar(source, budget, "the stream")
+        archive: Archive = _read_tar(source, budget, "the stream")
         label = "-"
     else:
         path = Path(source)
@@ -368,6 +368,14 @@ def read_archive(source: str | os.PathLike | IO[bytes], blobs: BlobStore, *, pla
             raise ImageError(f"{path} does not exist", hint="give the path of a docker save tar, an OCI archive "
                                                             "or an OCI layout directory")  # fmt: skip
     return _Resolver(archive, blobs, want, budget).records(label)
+
+
+def resolve(archive: Archive, blobs: BlobStore, descriptor: dict, what: str, *, platform: str | None = None,
+            max_bytes: int = MAX_ARCHIVE_BYTES) -> ImageRecord:  # fmt: skip
+    """The image a manifest or index ``descriptor`` (mediaType, digest, size) names, its blobs
+    fetched through ``archive.need`` (a registry's pull); an index resolved to ``platform``."""
+    want = (parse_platform(platform) if platform else host_platform()).normalised()
+    return _Resolver(archive, blobs, want, _Budget(blobs, max_bytes))._image(_descriptor(descriptor, what), what, 0)
 
 
 class _Budget:
@@ -383,7 +391,7 @@ class _Budget:
         return digest
 
 
-class _Archive(Protocol):
+class Archive(Protocol):
     """What the resolver asks of an archive, whatever its form."""
 
     kind: str  # "tar" or "dir"
@@ -394,8 +402,12 @@ class _Archive(Protocol):
     def member_blob(self, name: str) -> str:
         """The digest of the member ``name`` (a docker save layer or config), copied into the store."""
 
-    def need(self, digest: str, size: int, what: str) -> None:
-        """Make sure blob ``digest`` of ``size`` bytes is in the store, copied from this archive."""
+    def need(self, digest: str, size: int, what: str, *, manifest: bool = False) -> None:
+        """Make sure blob ``digest`` of ``size`` bytes is in the store, copied from this archive
+        (``manifest``: it is a manifest or an index, which a registry serves apart from blobs)."""
+
+    def prefetch(self, wanted: list[tuple[str, int, str]]) -> None:
+        """A hint: these blobs (digest, size, what) will be needed next (a registry fetches them at once)."""
 
 
 # the members a tar pass keeps in memory; everything else that may be a blob goes to the store
@@ -440,7 +452,10 @@ class _TarArchive:
         raise ImageError(f"the archive has no member {name!r}, which its manifest.json names",
                          hint="the archive is incomplete or was modified: export it again")
 
-    def need(self, digest: str, size: int, what: str) -> None:
+    def prefetch(self, wanted: list[tuple[str, int, str]]) -> None:
+        pass  # (read in one pass already)
+
+    def need(self, digest: str, size: int, what: str, *, manifest: bool = False) -> None:
         # any member that hashed to the digest holds the blob, whatever its name
         if digest not in self._held():
             raise _lacks(digest, what)
@@ -549,7 +564,10 @@ class _LayoutDir:
                 self.copied[key] = self.budget.put(f)
         return self.copied[key]
 
-    def need(self, digest: str, size: int, what: str) -> None:
+    def prefetch(self, wanted: list[tuple[str, int, str]]) -> None:
+        pass  # (copied one by one as needed)
+
+    def need(self, digest: str, size: int, what: str, *, manifest: bool = False) -> None:
         key = "blobs/sha256/" + check_digest(digest, what).split(":", 1)[1]
         if self.copied.get(key) == digest:
             _check_size(self.budget.blobs, digest, size, what)
@@ -621,7 +639,7 @@ def _platform_of(desc: dict) -> Platform | None:
 class _Resolver:
     """Turns an archive's index.json / manifest.json into image records, fetching each blob it names."""
 
-    def __init__(self, archive: _Archive, blobs: BlobStore, want: Platform, budget: _Budget) -> None:
+    def __init__(self, archive: Archive, blobs: BlobStore, want: Platform, budget: _Budget) -> None:
         self.archive = archive
         self.blobs = blobs
         self.want = want
@@ -692,7 +710,7 @@ class _Resolver:
         media_type = desc.get("mediaType", "")
         if media_type and media_type not in MANIFEST_TYPES | INDEX_TYPES:
             raise _unsupported(media_type, what)
-        doc = _json_document(self._json_blob(desc, what), what, dict)
+        doc = _json_document(self._json_blob(desc, what, manifest=True), what, dict)
         media_type = self._media_type(desc, doc, what)
         if media_type in MANIFEST_TYPES:
             return self._from_manifest(desc, doc, what)
@@ -722,10 +740,10 @@ class _Resolver:
             raise _unsupported(media_type, what)
         return media_type
 
-    def _json_blob(self, desc: dict, what: str) -> bytes:
+    def _json_blob(self, desc: dict, what: str, *, manifest: bool = False) -> bytes:
         if desc["size"] > MAX_JSON:
             raise _malformed(f"{what} says it has {desc['size']} bytes (a JSON document of more than {MAX_JSON})")
-        self.archive.need(desc["digest"], desc["size"], what)
+        self.archive.need(desc["digest"], desc["size"], what, manifest=manifest)
         with self.blobs.open(desc["digest"]) as f:
             return f.read()
 
@@ -742,7 +760,10 @@ class _Resolver:
             raise _malformed(f"{what} has no list of layers")
         if len(layer_descs) != len(config.diff_ids):
             raise _malformed(f"{what} has {len(layer_descs)} layers and its config {len(config.diff_ids)} diff_ids")
-        layers = [self._layer(_descriptor(d, f"layer {i} of {what}"), diff_id, f"layer {i} of {what}")
+        layer_descs = [_descriptor(d, f"layer {i} of {what}") for i, d in enumerate(layer_descs)]
+        self.archive.prefetch([(d["digest"], d["size"], f"layer {i} of {what}") for i, d in enumerate(layer_descs)
+                               if d.get("mediaType", "") in LAYER_COMPRESSION])  # fmt: skip
+        layers = [self._layer(d, diff_id, f"layer {i} of {what}")
                   for i, (d, diff_id) in enumerate(zip(layer_descs, config.diff_ids))]
         return ImageRecord(names=[], manifest_digest=desc["digest"], config_digest=config_desc["digest"],
                            config=config, layers=layers, source="")

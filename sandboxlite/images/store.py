@@ -31,7 +31,10 @@ from ..errors import ConfigError, ImageError
 from . import oci, unpack
 from .blobs import BlobStore
 from .manage import ImageInfo, image_dir, list_images
+from .credentials import Credentials
 from .manifest import MANIFEST, give_to_sandbox_user, read_manifest, remove_tree, write_manifest
+from .pull import Progress, pull
+from .registry import is_loopback, split_host
 from .where import NAMES, find, images_dir, names
 
 
@@ -56,6 +59,23 @@ def import_archive(source: str | os.PathLike | IO[bytes], *, tag: str | None = N
     _argument(oci.parse_platform, platform, "platform")
     with _blobs_locked(fcntl.LOCK_SH):  # (prune waits: the blobs stored here are no image's until installed)
         return _import_locked(source, name, platform)
+
+
+def pull_image(reference: str, *, platform: str | None = None, credentials: Credentials | None = None,
+               insecure: bool = False, progress: Progress | None = None) -> ImageInfo:  # fmt: skip
+    """``reference`` pulled from its registry and installed, named by the reference and by its
+    digest.  Its layers already in the store (another image's base) are not fetched again."""
+    ref = _argument(oci.parse_reference, reference, "reference")
+    _argument(oci.parse_platform, platform, "platform")
+    host = split_host(oci.parse_reference(reference).registry)[0]
+    if insecure and not is_loopback(host):
+        raise ConfigError("--insecure", f"plain http is only for registries on this machine (loopback), not {host}",
+                          hint="pull over TLS (drop --insecure); a registry with a private CA: add the CA to the "
+                               "system's trust store")  # fmt: skip
+    with _blobs_locked(fcntl.LOCK_SH):
+        record = pull(ref, blob_store(), platform=platform, credentials=credentials, insecure=insecure,
+                      progress=progress)  # fmt: skip
+        return install(_runnable([record], platform, ref)[0])
 
 
 def _argument(parse, value: str | None, field: str) -> str | None:
@@ -238,12 +258,31 @@ def _prune_locked() -> tuple[int, int]:
         used.update(layer.get("digest") for layer in rec.get("layers", []))
     blobs = blob_store()
     count = freed = 0
+    for partial in blobs.partials():  # (downloads no pull is resuming now: a pull holds its lock)
+        freed += _remove_unlocked(partial)
     for digest in blobs.digests():
         if digest not in used:
             freed += blobs.size(digest)
             blobs.remove(digest)
             count += 1
     return count, freed
+
+
+def _remove_unlocked(path: Path) -> int:
+    """Remove ``path`` unless another process holds its lock: the bytes freed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return 0
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        size = os.fstat(fd).st_size
+        path.unlink(missing_ok=True)
+        return size
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
 
 
 def _shown(source) -> str:
