@@ -56,14 +56,15 @@ def main() -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: the machine and every check (for scripts).")
-def doctor(as_json: bool) -> None:
+@click.option("--image", default=None, help="Check what this image offers the agent's tools (shell, editor, python).")
+def doctor(as_json: bool, image: str | None) -> None:
     """Check that this host can run sandboxes, and say how to fix what is missing (exit 1 on a failure)."""
     import dataclasses
     import json
 
-    from .doctor import header, run_checks
+    from .doctor import header, image_checks, run_checks
 
-    checks = run_checks()
+    checks = run_checks() if image is None else image_checks(image)
     failed = any(c.status == "fail" for c in checks)
     if as_json:
         click.echo(json.dumps({"host": header(), "ok": not failed, "checks": [dataclasses.asdict(c) for c in checks]},

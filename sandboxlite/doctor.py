@@ -376,3 +376,54 @@ def judge(checks: list[Check], isolation: str) -> list[Check]:
 
 def header() -> str:
     return f"sandboxlite doctor: {platform.system()} {platform.release()} {platform.machine()}, euid {os.geteuid()}"
+
+
+# -- one image: what the agent's tools find in it ------------------------------------------------
+
+PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3", "/opt/conda/bin/python3")
+
+
+def image_checks(ref: str) -> list[Check]:
+    """What image ``ref`` (a container image in the store, a built image or a directory) offers the
+    agent: a shell for execute_bash, what str_replace_editor runs there, python.  One sandbox is
+    started from it."""
+    from .jail.sandbox import Sandbox
+    from .jail.shell import choose_dialect
+
+    try:
+        sb = Sandbox(rootfs=ref, network="none")
+    except SandboxError as e:
+        return [Check("image", "fail", f"{ref}: {e.message}", e.hint or "")]
+    with sb:
+        checks = [Check("image", "ok", f"{ref}: a sandbox started from it ({sb.plan.rootfs.path})")]
+        try:
+            dialect = choose_dialect(sb.is_file)
+        except SandboxError as e:
+            checks.append(Check("shell", "fail", e.message, e.hint or ""))
+            dialect = None
+        if dialect is not None and dialect.end:
+            checks.append(Check("shell", "warn", f"no bash: execute_bash runs in the image's POSIX sh ({dialect.program}); "
+                                "bash-only syntax (arrays, [[ ]], <( )) fails there",
+                                "install bash in the image if the tasks' commands need it"))  # fmt: skip
+        elif dialect is not None:
+            checks.append(Check("shell", "ok", f"bash at {dialect.program}: execute_bash as everywhere"))
+        checks.append(_editor_check(sb))
+        python = next((p for p in PYTHONS if sb.is_file(p)), None)
+        checks.append(Check("python", "ok", f"python3 at {python}") if python else Check(
+            "python", "warn", "no python3: tasks that ask the agent to compute with python fail",
+            "use an image with python (python:3.12-slim), or tell the model the image has none"))  # fmt: skip
+    return checks
+
+
+def _editor_check(sb) -> Check:
+    """str_replace_editor reads and writes files through the executor (any image); ``view`` of a
+    directory runs find, and an edit keeps the file's mode with stat."""
+    r = sb.exec(["find", "/", "-maxdepth", "0", "-printf", "%y"], timeout=30)
+    if r.exit_code == 127 or (r.exit_code != 0 and b"No such file" in r.stderr):
+        return Check("editor", "warn", "str_replace_editor works on files, but the image has no find: 'view' of a "
+                     "directory lists nothing", "add find (busybox or findutils) to the image")  # fmt: skip
+    if not sb.is_file("/usr/bin/stat") and not sb.is_file("/bin/stat"):
+        return Check("editor", "warn", "str_replace_editor works, but without stat an edit makes the file mode 644",
+                     "add coreutils or busybox")  # fmt: skip
+    how = "GNU find" if r.exit_code == 0 else "a find without -printf (listed in two passes)"
+    return Check("editor", "ok", f"str_replace_editor: files through the executor, directories with {how}")

@@ -552,10 +552,16 @@ class Tools:
 
     def _list_directory(self, path: str) -> str:
         """Files and directories two levels deep, hidden ones (and what is inside them) left out."""
-        find = ["find", "-H", path, "-mindepth", "1", "-maxdepth", "2"]
-        r = self.sandbox.exec([*find, "-name", ".*", "-prune", "-o", "-printf", "%y %p\\0"], timeout=60)
+        find = ["find", "-H", path, "-mindepth", "1", "-maxdepth", "2", "-name", ".*", "-prune", "-o"]
+        r = self.sandbox.exec([*find, "-printf", "%y %p\\0"], timeout=60)
         entries = []
-        for item in r.stdout.split(b"\0"):
+        if r.exit_code != 0 and not r.stdout:  # a find without -printf (busybox): names, then directories
+            r = self.sandbox.exec([*find, "-print0"], timeout=60)
+            dirs = set(self.sandbox.exec([*find, "-type", "d", "-print0"], timeout=60).stdout.split(b"\0"))
+            items = [b"d " + n if n in dirs else b"f " + n for n in r.stdout.split(b"\0") if n]
+        else:
+            items = r.stdout.split(b"\0")
+        for item in items:
             if not item:
                 continue
             kind, _, name = item.decode("utf-8", "backslashreplace").partition(" ")  # b"\xff" as \xff

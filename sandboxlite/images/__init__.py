@@ -170,7 +170,7 @@ def _image_plan(spec: str) -> RootfsPlan:
         )
     st = manifest.stat()
     env = _manifest_env(str(root.parent), st.st_mtime_ns, st.st_size)
-    plan = dir_plan(str(root), name=spec)
+    plan = dir_plan(str(root), name=spec, shell_required=False)  # (an image without a shell runs argv commands)
     return dataclasses.replace(plan, env=env) if env else plan
 
 
@@ -202,7 +202,10 @@ def _top_level(root: str, skip: frozenset[str]) -> tuple[list[tuple[str, str]], 
     return binds, links
 
 
-def dir_plan(root: str, name: str | None = None) -> RootfsPlan:
+def dir_plan(root: str, name: str | None = None, *, shell_required: bool = True) -> RootfsPlan:
+    """The plan of the root filesystem tree ``root``.  ``shell_required``: a directory the caller
+    names must have a shell (the mark of a root filesystem, against a wrong path); an image from
+    the store need not (a distroless image is a root without one)."""
     root = os.path.abspath(root)
     try:
         st = os.stat(root)
@@ -214,13 +217,13 @@ def dir_plan(root: str, name: str | None = None) -> RootfsPlan:
             hint="check the path, or use rootfs='host'",
         )
     # the top level of a tree rarely changes: plan it again only when it does
-    return _dir_plan(root, name, st.st_ino, st.st_mtime_ns)
+    return _dir_plan(root, name, shell_required, st.st_ino, st.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=32)
-def _dir_plan(root: str, name: str | None, _ino: int, _mtime_ns: int) -> RootfsPlan:
+def _dir_plan(root: str, name: str | None, shell_required: bool, _ino: int, _mtime_ns: int) -> RootfsPlan:
     # a shell at /usr/bin/sh or /bin/sh (busybox images have no /usr): the mark of a root filesystem
-    if not (os.path.exists(os.path.join(root, "usr", "bin", "sh")) or os.path.lexists(os.path.join(root, "bin", "sh"))):
+    if shell_required and not (os.path.exists(os.path.join(root, "usr", "bin", "sh")) or os.path.lexists(os.path.join(root, "bin", "sh"))):
         raise RootfsError(
             f"{root} does not look like a root filesystem (no usr/bin/sh or bin/sh)",
             hint="point rootfs at the top of a root filesystem tree (one made by mmdebstrap, or a container "

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import PROXY_PORT, SandboxConfig, check_timeout, image_as_rootfs, resolve_path
-from ..errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError
+from ..errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError, SandboxFileError
 from ..network import egress
 from ..network.ports import PortForwarder
 from ..result import ExecResult
@@ -233,8 +233,7 @@ class Sandbox:
 
     @property
     def jail(self) -> launch.Jail:
-        """The live jail (low level: what ``Shell`` drives).  SandboxClosed when closed,
-        SandboxCrashed when its executor has gone."""
+        """The live jail (what ``Shell`` drives).  SandboxClosed when closed, SandboxCrashed when its executor is gone."""
         jail = self._jail
         if jail is None or jail.closed:
             raise SandboxClosed()
@@ -260,8 +259,7 @@ class Sandbox:
 
     @property
     def tmpdir(self) -> str:
-        """The sandbox's TMPDIR: ``/tmp`` with namespaces, a directory of its own with
-        ``isolation="landlock"`` (where the host's ``/tmp`` is closed to it)."""
+        """The sandbox's TMPDIR: ``/tmp``, or with ``isolation="landlock"`` a directory of its own."""
         jail = self._jail
         return dict(jail.plan.env).get("TMPDIR", "/tmp") if jail is not None else "/tmp"
 
@@ -399,6 +397,15 @@ class Sandbox:
         with self.lock:
             fd = self.jail.open(p, transfer.write_flags(parents), mode)
         transfer.write_fd(fd, p, raw, mode)
+
+    def is_file(self, path: str | os.PathLike) -> bool:
+        """Whether ``path`` is a regular file inside the sandbox (symlinks followed within its root)."""
+        try:
+            with self.lock:
+                os.close(self.jail.open(self._abs(path), transfer.READ_FLAGS))
+        except SandboxFileError:
+            return False
+        return True
 
     def mkdir(self, path: str | os.PathLike, *, mode: int = 0o755) -> None:
         """``mkdir -p`` inside the sandbox."""

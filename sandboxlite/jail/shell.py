@@ -1,4 +1,5 @@
-"""A persistent bash session inside a sandbox (what the agent's ``execute_bash`` uses).
+"""A persistent shell session inside a sandbox (what the agent's ``execute_bash`` uses): bash, or
+the image's POSIX sh where it has no bash (``Dialect``).
 
 One bash process reads commands from a pipe, NUL-separated, and ``eval``s each
 in its own context, so ``cd``, exported and plain variables, functions and
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ..config import check_timeout
-from ..errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError
+from ..errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError, SetupError
 from ..result import TIMEOUT_EXIT_CODE, ExecResult, OutputBuffer, decode_status
 from .cmdio import CommandIO, Proc
 
@@ -46,6 +48,8 @@ class Owner(Protocol):
 
     def alive(self) -> bool: ...
 
+    def is_file(self, path: str) -> bool: ...
+
 # The status of each command travels on fd 3, a pipe of its own: it is closed while the command
 # runs (bash keeps its copy close-on-exec), so no program the command starts can write to it
 # or read it, whatever it prints.  ``builtin`` because a command may define a function named
@@ -60,6 +64,63 @@ BOOT = (
     "builtin printf '%d %s\\0' \"$?\" \"$PWD\" >&3; "
     "done"
 )
+
+# Where bash is missing (busybox, alpine, a slim image): a POSIX sh, whose ``read`` has no -d.  A
+# command comes as its lines, then a line that ends it (random per session, so no command's own
+# line is it); ``command`` makes eval and printf the builtins (no function of that name), and
+# keeps a syntax error in the command from ending the shell, as a special builtin's error would.
+POSIX_BOOT = (
+    '__sl_e=$1; __sl_c=; '
+    "while IFS= read -r __sl_l; do "
+    'case $__sl_l in "$__sl_e") '
+    'command eval "$__sl_c" </dev/null 3>&-; '
+    "command printf '%d %s\\0' \"$?\" \"$PWD\" >&3; "
+    "__sl_c=;; "
+    '*) __sl_c="$__sl_c$__sl_l\n";; esac; '
+    "done"
+)
+BASH_PATHS = ("/bin/bash", "/usr/bin/bash")
+SH_PATHS = ("/bin/sh", "/usr/bin/sh")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dialect:
+    """How a session talks to its shell: the argv that starts the loop, and a command's framing."""
+
+    program: str
+    argv: tuple[str, ...]
+    end: bytes = b""  # the POSIX loop's end-of-command line ("": bash's NUL ends a command)
+
+    @classmethod
+    def bash(cls, program: str = "/bin/bash") -> Dialect:
+        return cls(program, (program, "--noprofile", "--norc", "-c", BOOT, "bash"))
+
+    @classmethod
+    def posix(cls, program: str = "/bin/sh") -> Dialect:
+        end = "__sl_end_" + secrets.token_hex(16)
+        return cls(program, (program, "-c", POSIX_BOOT, "sh", end), end.encode())
+
+    def frame(self, command: bytes) -> bytes:
+        if not self.end:
+            return command + b"\0"
+        return command + (b"" if command.endswith(b"\n") or not command else b"\n") + self.end + b"\n"
+
+
+def choose_dialect(is_file) -> Dialect:
+    """bash when the sandbox has it, else its POSIX sh; ``is_file(path)`` asks the sandbox.  No
+    shell at all (a distroless image): SetupError naming what is missing."""
+    for path in BASH_PATHS:
+        if is_file(path):
+            return Dialect.bash(path)
+    for path in SH_PATHS:
+        if is_file(path):
+            return Dialect.posix(path)
+    raise SetupError("the sandbox has no shell: a session (execute_bash) needs /bin/bash or /bin/sh, and its root "
+                     "has neither (a distroless image?)",
+                     hint="use an image with a shell (busybox, alpine, debian), or run programs by argv: "
+                          "sandbox.exec(['/path/to/program', ...]); sandboxlite doctor --image REF says what an image "
+                          "lacks")  # fmt: skip
+
 
 STUCK_GRACE_S = 1.0  # after killing a command's children, how long bash has to come back
 MAX_STATUS_BYTES = 1 << 16  # "CODE PWD\0": a PWD is at most PATH_MAX (4096)
@@ -118,13 +179,14 @@ class Shell:
         self._generation = sandbox.generation
         self.restarts = 0
         self._pending_note = ""
+        self.dialect = choose_dialect(sandbox.is_file)
         self._start()
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _start(self) -> None:
         with self._sb.lock:
             self._proc = self._sb.jail.spawn(
-                ["/bin/bash", "--noprofile", "--norc", "-c", BOOT, "bash"],
+                list(self.dialect.argv),
                 cwd=self._cwd,
                 env=self._env,
                 stdin_pipe=True,
@@ -179,7 +241,7 @@ class Shell:
         if "\0" in command:
             raise ConfigError("command", "must not contain NUL bytes")
         try:
-            payload = command.encode("utf-8", "surrogateescape") + b"\0"
+            payload = self.dialect.frame(command.encode("utf-8", "surrogateescape"))
         except UnicodeEncodeError as e:
             raise ConfigError("command", f"is not valid text: {e.reason} at position {e.start}") from None
         timeout = check_timeout(self._sb.config.limits.timeout_s if timeout is None else timeout)
