@@ -10,7 +10,9 @@ import hashlib
 import io
 import json
 import os
+import tarfile
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -371,3 +373,66 @@ def _big_layer(reg) -> dict:
     r = registry.Registry(reg.host, insecure=True)
     body, _, _ = r.manifest("team/bb", "2")
     return max(json.loads(body)["layers"], key=lambda layer: layer["size"])
+
+
+def many_layers_layout(d: Path, count: int) -> Path:
+    """An OCI layout of busybox and ``count`` more layers written by hand: layer i adds /layers/i
+    and removes /layers/(i-1) with a whiteout, and every tenth one makes /layers opaque."""
+
+
+    layout = d / "many"
+    blobs_dir = layout / "blobs" / "sha256"
+    blobs_dir.mkdir(parents=True)
+
+    def put(data: bytes) -> dict:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        (blobs_dir / digest[7:]).write_bytes(data)
+        return {"digest": digest, "size": len(data)}
+
+    def layer(members: list[tuple[str, bytes | None]]) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                if data is None:
+                    info.type = tarfile.DIRTYPE
+                    info.mode = 0o755
+                    tar.addfile(info)
+                else:
+                    info.size, info.mode = len(data), 0o755
+                    tar.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    busybox = Path("/bin/busybox").read_bytes()
+    tars = [layer([("bin", None), ("bin/busybox", busybox), ("layers", None)])]
+    for i in range(1, count + 1):
+        members: list[tuple[str, bytes | None]] = [(f"layers/{i}", f"{i}\n".encode())]
+        if i % 10 == 0:
+            members.insert(0, ("layers/.wh..wh..opq", b""))
+        elif i > 1:
+            members.append((f"layers/.wh.{i - 1}", b""))
+        tars.append(layer(members))
+    descs = [dict(put(t), mediaType="application/vnd.oci.image.layer.v1.tar") for t in tars]
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/bin"]},
+                         "rootfs": {"type": "layers", "diff_ids": [d["digest"] for d in descs]}}).encode()  # fmt: skip
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": dict(put(config), mediaType="application/vnd.oci.image.config.v1+json"),
+                           "layers": descs}).encode()  # fmt: skip
+    top = dict(put(manifest), mediaType="application/vnd.oci.image.manifest.v1+json",
+               annotations={"org.opencontainers.image.ref.name": "many"})  # fmt: skip
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    return layout
+
+
+def test_an_image_of_120_layers_imports_and_pulls(open_registry, home, tmp_path):
+    layout = many_layers_layout(tmp_path, 119)
+    run("skopeo", "--insecure-policy", "copy", f"oci:{layout}:many", f"docker-archive:{tmp_path / 'many.tar'}:local/many:1")
+    open_registry.push(f"oci:{layout}:many", "team/many:1")
+    imported = store.import_archive(tmp_path / "many.tar")[0]
+    assert len(imported.manifest["oci"]["layers"]) == 120
+    pulled = store.pull_image(f"{open_registry.host}/team/many:1", insecure=True)
+    assert pulled.name == imported.name  # the same config: the same image
+    with Sandbox(image=f"{open_registry.host}/team/many:1") as sb:
+        r = sb.exec(["/bin/busybox", "sh", "-c", "busybox ls /layers; busybox cat /layers/*"])
+        assert (r.exit_code, r.stdout) == (0, b"119\n119\n"), r  # each whiteout and opaque dir applied
