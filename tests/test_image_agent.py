@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -165,3 +166,30 @@ def test_posix_framing():
     assert d.frame(b"echo a\n") == b"echo a\n" + end + b"\n"
     assert d.frame(b"") == end + b"\n"
     assert Dialect.bash().frame(b"echo a") == b"echo a\0" and os.path.basename(Dialect.bash().program) == "bash"
+
+
+def test_expose_image_takes_the_ports_the_image_declares(made, home, tmp_path):
+    layout = tmp_path / "ports"
+    shutil.copytree(Path(str(made.busybox).replace("busybox.tar", "layout-busybox")), layout)
+    run("umoci", "config", "--image", f"{layout}:1", "--config.exposedports", "8080/tcp",
+        "--config.exposedports", "9090", "--config.exposedports", "53/udp", "--tag", "ports")  # fmt: skip
+    run(*SKOPEO, "copy", f"oci:{layout}:ports", f"docker-archive:{tmp_path / 'ports.tar'}:local/ports:1")
+    store.import_archive(tmp_path / "ports.tar")
+    with Sandbox(image="local/ports:1", expose="image") as sb:
+        assert sb.config.expose == (8080, 9090)  # tcp only: a udp port cannot be relayed
+        assert sorted(sb.exposed) == [8080, 9090]
+        sb.exec(["sh", "-c", "echo hello from 8080 | busybox nc -l -p 8080 >/dev/null 2>&1 &"]).check()
+        for _ in range(100):  # (until the server listens)
+            try:
+                with sb.connect(8080) as conn:
+                    got = conn.recv(100)
+                if got:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        assert got == b"hello from 8080\n"
+    with Sandbox(image="local/ports:1") as sb:
+        assert sb.config.expose == ()  # not unless asked (docker run publishes none without -P either)
+    with pytest.raises(Exception, match="expose='image' takes the ports a container image declares"):
+        Sandbox(rootfs="lean", expose="image")

@@ -315,3 +315,26 @@ def host_etc() -> Path:
         if stale:
             shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def expose_from_image(fields: dict) -> dict:
+    """``expose="image"`` among a sandbox's fields: the TCP ports its root, a container image in
+    the store, declares (``ExposedPorts``; UDP ones cannot be relayed and are left out).  Other
+    fields are returned as they are."""
+    if fields.get("expose") != "image":
+        return fields
+    spec = fields.get("rootfs", "auto")
+    name = spec if "/" not in spec and image_root(spec).is_dir() else where.find(spec)
+    manifest = (image_root(name).parent / "manifest.json") if name else None
+    config = {}
+    if manifest is not None and manifest.is_file():
+        from .manifest import read_manifest
+
+        config = ((read_manifest(manifest.parent) or {}).get("oci") or {}).get("config") or {}
+    if not config:
+        raise RootfsError(f"expose='image' takes the ports a container image declares, and the root {spec!r} is "
+                          "none", hint="give image=REF (a container image in the store), or list the ports")  # fmt: skip
+    ports = sorted({int(p.split("/")[0]) for p in config.get("exposed_ports") or ()
+                    if p.endswith("/tcp") and p.split("/")[0].isdigit() and 0 < int(p.split("/")[0]) < 65536})  # fmt: skip
+    return {**fields, "expose": tuple(ports)}
+

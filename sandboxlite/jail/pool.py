@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from .. import images
 from ..config import SandboxConfig, image_as_rootfs
 from ..errors import ConfigError, SandboxClosed, SandboxError
 from ..state.snapshot import Snapshot
@@ -51,7 +52,7 @@ class SandboxPool:
         started from ``snapshot`` when given: every release resets it to the snapshot."""
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ConfigError("size", f"must be a positive integer, got {size!r}")
-        overrides = image_as_rootfs(overrides)  # image=REF: rootfs=REF (a container image in the store)
+        overrides = images.expose_from_image(image_as_rootfs(overrides))  # image=REF: rootfs=REF (a container image in the store)
         self.config = config.replace(**overrides) if config is not None and overrides else (
             config or SandboxConfig(**overrides))  # fmt: skip
         self.size = size

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import images
 from ..config import PROXY_PORT, SandboxConfig, check_timeout, image_as_rootfs, resolve_path
 from ..errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError, SandboxFileError
 from ..network import egress
@@ -42,14 +43,15 @@ class Sandbox:
     b'hi\\n'
 
     ``Sandbox(config)`` or ``Sandbox(**fields)`` (fields of ``SandboxConfig``; ``image=REF`` is
-    ``rootfs=REF``, a container image in the store) starts the jail immediately.  ``host``: the ``Host`` to run on (default: ``default_host()``).
+    ``rootfs=REF``, a container image in the store; ``expose="image"``: the TCP ports the image
+    declares) starts the jail immediately.  ``host``: the ``Host`` to run on (default: ``default_host()``).
     ``snapshot``: start from this ``Snapshot`` (``snapshot()``) instead of the image; ``reset()``
     goes back to it.
     """
 
     def __init__(self, config: SandboxConfig | None = None, *, host: Host | None = None,
                  snapshot: Snapshot | None = None, **overrides: Any) -> None:  # fmt: skip
-        overrides = image_as_rootfs(overrides)  # image="python:3.12-slim": rootfs= by another name
+        overrides = images.expose_from_image(image_as_rootfs(overrides))  # image="python:3.12-slim": rootfs= by another name
         if config is None:
             config = SandboxConfig(**overrides)
         elif overrides:
