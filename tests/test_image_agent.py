@@ -23,7 +23,8 @@ from sandboxlite.jail.shell import Dialect
 
 from .test_image_oci import SKOPEO, need_tools, run, umoci_layer
 
-APPLETS = ("sh", "ls", "cat", "echo", "rm", "touch", "find", "stat", "sleep", "mkdir", "grep", "pwd", "env", "chmod")
+APPLETS = ("sh", "ls", "cat", "echo", "rm", "touch", "find", "stat", "sleep", "mkdir", "grep", "pwd", "env", "chmod",
+           "id", "wc")
 
 
 def layout_of(d: Path, name: str, tree: Path) -> Path:
@@ -193,3 +194,55 @@ def test_expose_image_takes_the_ports_the_image_declares(made, home, tmp_path):
         assert sb.config.expose == ()  # not unless asked (docker run publishes none without -P either)
     with pytest.raises(Exception, match="expose='image' takes the ports a container image declares"):
         Sandbox(rootfs="lean", expose="image")
+
+
+@pytest.fixture(scope="module")
+def user_images(made, tmp_path_factory):
+    """The busybox image with a passwd and group file, as three images: User app (a name), User
+    1234:staff (a number and a group name), User nosuch (a name it lacks)."""
+    d = tmp_path_factory.mktemp("user-images")
+    layout = d / "layout"
+    shutil.copytree(Path(str(made.busybox).replace("busybox.tar", "layout-busybox")), layout)
+    etc = d / "etc-tree"
+    (etc / "etc").mkdir(parents=True)
+    (etc / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\napp:x:1234:2345::/home/app:/bin/sh\n")
+    (etc / "etc" / "group").write_text("root:x:0:\nstaff:x:50:\n")
+    umoci_layer(layout, "1", etc)
+    out = {}
+    for tag, user in (("name", "app"), ("numbers", "1234:staff"), ("missing", "nosuch")):
+        run("umoci", "config", "--image", f"{layout}:1", "--config.user", user, "--tag", tag)
+        run(*SKOPEO, "copy", f"oci:{layout}:{tag}", f"docker-archive:{d / tag}.tar:local/user:{tag}")
+        out[tag] = d / f"{tag}.tar"
+    return SimpleNamespace(**out)
+
+
+def test_the_images_user_is_who_commands_run_as(user_images, home):
+    for tar in (user_images.name, user_images.numbers, user_images.missing):
+        store.import_archive(tar)
+    with Sandbox(image="local/user:name") as sb:
+        r = sb.exec("id; echo x > /testbed/f; touch /etc/new; stat -c '%u:%g' /testbed/f /etc/new /etc/motd")
+        assert r.stdout == b"uid=1234(app) gid=2345\n1234:2345\n1234:2345\n1234:2345\n", r
+        sh = sb.shell()
+        assert sh.run("id -u").stdout == b"1234\n"
+        sb.reset()
+        assert sb.exec("id -u; ls /testbed").stdout == b"1234\n"
+        child = sb.fork(1)[0]
+        assert child.exec("id -u").stdout == b"1234\n"
+        child.close()
+    with Sandbox(image="local/user:numbers") as sb:
+        assert sb.exec("id").stdout == b"uid=1234(app) gid=50(staff)\n"
+    with pytest.raises(Exception, match="the image's User 'nosuch' names the user 'nosuch', which its /etc/passwd"):
+        Sandbox(image="local/user:missing")
+
+
+def test_as_the_images_user_the_executor_stays_out_of_reach(user_images, home):
+    """The executor (pid 1) and the setup's helper stay non-dumpable: the commands, of the same
+    uid, cannot read the executor's memory, environment or descriptors, nor trace it."""
+    store.import_archive(user_images.name)
+    with Sandbox(image="local/user:name") as sb:
+        for path in ("/proc/1/environ", "/proc/1/mem", "/proc/1/fd/0", "/proc/1/root/etc/motd"):
+            r = sb.exec(["cat", path])
+            assert r.exit_code != 0 and b"ermission denied" in r.stderr, (path, r)
+        r = sb.exec(["ls", "/proc/1/fd"])
+        assert r.exit_code != 0, r
+        assert sb.exec("ls -d /proc/[0-9]* | wc -l").stdout.strip() != b""

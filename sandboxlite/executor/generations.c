@@ -300,6 +300,10 @@ static pid_t fork_gen(int *ready_r, int *hold_w) {
   if (g == 0) {
     close(ready[0]);
     close(hold[1]);
+    /* as an image's User (not uid 0 in the namespace) a non-dumpable G's /proc files belong to
+     * the namespace's uid 0, which is not mapped: we could not open them.  Dumpable, they are
+     * ours; no command can trace G (it has every capability, commands none) */
+    if (getuid() != 0) prctl(PR_SET_DUMPABLE, 1);
     gen_child(ready[1], hold[0]);
   }
   close(ready[1]);

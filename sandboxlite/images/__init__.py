@@ -114,6 +114,7 @@ class RootfsPlan:
     binds: tuple[tuple[str, str], ...]  # (host source, sandbox destination), read-only
     symlinks: tuple[tuple[str, str], ...]  # (link target, sandbox path)
     env: tuple[tuple[str, str], ...] = ()  # a container image's own environment (its config's Env)
+    user: tuple[int, int] | None = None  # a container image's User: the uid and gid inside (else 0:0)
 
 
 def auto_choice(env: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -169,23 +170,27 @@ def _image_plan(spec: str) -> RootfsPlan:
             hint=f"sandboxlite rootfs rm {spec} && sandboxlite rootfs build {spec}",
         )
     st = manifest.stat()
-    env = _manifest_env(str(root.parent), st.st_mtime_ns, st.st_size)
+    env, user = _manifest_config(str(root.parent), st.st_mtime_ns, st.st_size)
     plan = dir_plan(str(root), name=spec, shell_required=False)  # (an image without a shell runs argv commands)
-    return dataclasses.replace(plan, env=env) if env else plan
+    return dataclasses.replace(plan, env=env, user=user) if env or user else plan
 
 
 @functools.lru_cache(maxsize=32)
-def _manifest_env(image: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, str], ...]:
-    """A container image's environment (its config's ``Env``; nothing for a built image), read
-    again when the manifest changes.  A manifest that does not parse marks a damaged image."""
+def _manifest_config(image: str, _mtime_ns: int, _size: int) -> tuple[tuple[tuple[str, str], ...], tuple[int, int] | None]:
+    """A container image's environment (its config's ``Env``) and user (``User``, resolved in the
+    image's own /etc/passwd and /etc/group; None for root); nothing for a built image.  Read again
+    when the manifest changes.  A manifest that does not parse marks a damaged image."""
     from .manifest import read_manifest
+    from .users import resolve_user
 
     manifest = read_manifest(Path(image))
     if not isinstance(manifest, dict):
         raise RootfsError(f"{image}/manifest.json is corrupt: not a JSON object", hint="sandboxlite rootfs rm NAME")
     config = (manifest.get("oci") or {}).get("config") or {}
     pairs = [item.split("=", 1) for item in config.get("env") or () if isinstance(item, str) and "=" in item]
-    return tuple((k, v) for k, v in pairs if k and "\0" not in k + v)
+    user = config.get("user")
+    resolved = resolve_user(os.path.join(image, "root"), user) if isinstance(user, str) and user else None
+    return tuple((k, v) for k, v in pairs if k and "\0" not in k + v), (None if resolved == (0, 0) else resolved)
 
 
 def _top_level(root: str, skip: frozenset[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

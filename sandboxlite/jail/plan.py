@@ -378,7 +378,8 @@ def bwrap_argv(
         argv.append("--unshare-net")
     if host.bwrap.disable_userns:
         argv.append("--disable-userns")
-    argv += ["--uid", "0", "--gid", "0", *(("--hostname", config.hostname) if config.hostname else ())]
+    uid, gid = rootfs.user or (0, 0)  # (a container image's User: the one id the namespace maps)
+    argv += ["--uid", str(uid), "--gid", str(gid), *(("--hostname", config.hostname) if config.hostname else ())]
     argv += [
         "--new-session",  # no controlling terminal: TIOCSTI cannot reach the caller's tty
         "--as-pid-1",  # the executor is init: orphans are reaped by it
