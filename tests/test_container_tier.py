@@ -568,3 +568,67 @@ def test_example_dockerfile(tier, tmp_path):
     ll = engine_run(eng, "run", "--rm", "--network", "none", "-e", "SANDBOXLITE_ISOLATION=landlock", tag,
                     "sandboxlite", "exec", "--", "python3", "-c", "print(6*7)")  # fmt: skip
     assert ll.returncode == 0 and ll.stdout == "42\n", ll.stderr
+
+
+def test_docker_and_podman_save_import_as_images(tier, tmp_path, host_dir_factory, monkeypatch):
+    """An image built by dockerd (a busybox tree ``docker import``ed, then a Dockerfile: RUN, ENV, USER,
+    WORKDIR, CMD, a removal that becomes a whiteout), saved by ``docker save`` to a file and as a stream,
+    and by rootless podman after ``podman load``: each imported with the CLI and run (real bwrap)."""
+    from click.testing import CliRunner
+
+    from sandboxlite import Sandbox
+    from sandboxlite.cli import main
+
+    monkeypatch.setenv("SANDBOXLITE_HOME", str(host_dir_factory("sandboxlite-tier-images-")))
+    tree = tmp_path / "tree"
+    (tree / "bin").mkdir(parents=True)
+    shutil.copy2("/bin/busybox", tree / "bin" / "busybox")
+    for applet in ("sh", "cat", "echo", "id", "rm", "ls", "mkdir", "adduser", "addgroup"):
+        (tree / "bin" / applet).symlink_to("busybox")
+    (tree / "etc").mkdir()
+    (tree / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    (tree / "etc" / "group").write_text("root:x:0:\n")
+    (tree / "etc" / "gone").write_text("removed by the next layer\n")
+    subprocess.run(["tar", "-C", str(tree), "-cf", str(tmp_path / "tree.tar"), "."], check=True)
+    docker = tier["DOCKER"]
+    base, tag = "sandboxlite-tier-bb:base", "sandboxlite-tier-bb:app"
+    subprocess.run([docker, "import", str(tmp_path / "tree.tar"), base], check=True, capture_output=True)
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(
+        f"FROM {base}\nRUN echo built by dockerd > /etc/built && rm /etc/gone\n"
+        "RUN echo 'app:x:4321:4321::/home/app:/bin/sh' >> /etc/passwd && echo 'app:x:4321:' >> /etc/group\n"
+        "ENV GREETING=hello\nWORKDIR /srv\nUSER app\nCMD [\"cat\", \"/etc/built\"]\n")  # fmt: skip
+    b = subprocess.run([docker, "build", "-q", "--network", "none", "--label", LABEL, "-t", tag, str(tmp_path / "ctx")],
+                       capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})  # fmt: skip
+    assert b.returncode == 0, b.stderr[-3000:]
+    subprocess.run([docker, "save", "-o", str(tmp_path / "app.tar"), tag], check=True)
+
+    def check(ref: str) -> None:
+        with Sandbox(image=ref) as sb:
+            r = sb.exec("id -u; cat /etc/built; ls /etc/gone; echo $GREETING")
+            assert r.stdout == b"4321\nbuilt by dockerd\nhello\n" and b"gone" in r.stderr, r
+        out = CliRunner().invoke(main, ["exec", "--image", ref])  # its CMD
+        assert (out.exit_code, out.output) == (0, "built by dockerd\n"), out.output
+
+    r = CliRunner().invoke(main, ["image", "import", str(tmp_path / "app.tar")])
+    assert r.exit_code == 0 and "docker.io/library/sandboxlite-tier-bb:app" in r.output, r.output
+    check(tag)
+    saved = subprocess.run([docker, "save", tag], capture_output=True, check=True).stdout
+    r = CliRunner().invoke(main, ["image", "import", "--tag", "local/streamed:1", "-"], input=saved)
+    assert r.exit_code == 0, r.output
+    check("local/streamed:1")
+    if tier.get("PODMAN"):  # rootless podman: docker save | podman load, then podman save
+        share = Path(tempfile.mkdtemp(prefix="save-", dir=tier["PODMAN_SHARE"]))
+        share.chmod(0o777)
+        try:
+            shutil.copy(tmp_path / "app.tar", share / "app.tar")
+            (share / "app.tar").chmod(0o644)
+            pod = tier["PODMAN"]
+            subprocess.run([pod, "load", "-i", str(share / "app.tar")], check=True, capture_output=True)
+            subprocess.run([pod, "save", "-o", str(share / "podman.tar"), f"localhost/{tag}"], check=True,
+                           capture_output=True)  # fmt: skip
+            r = CliRunner().invoke(main, ["image", "import", "--tag", "local/podman:1", str(share / "podman.tar")])
+            assert r.exit_code == 0, r.output
+            check("local/podman:1")
+        finally:
+            shutil.rmtree(share, ignore_errors=True)
