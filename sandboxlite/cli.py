@@ -945,11 +945,11 @@ def image_rm(refs) -> None:
 @image.command("prune")
 @_errors_to_exit_codes
 def image_prune() -> None:
-    """Remove the blobs no image in the store uses."""
+    """Remove the blobs no image in the store uses, and the unpacked files no image shares any more."""
     from .images import store
 
-    count, freed = store.prune()
-    click.echo(f"removed {count} blob(s), {freed / (1 << 20):.1f} MiB")
+    pruned = store.prune()
+    click.echo(f"removed {pruned.blobs} blob(s) and {pruned.files} shared file(s), {pruned.freed / (1 << 20):.1f} MiB")
 
 
 @main.group()

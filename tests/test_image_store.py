@@ -138,7 +138,7 @@ def test_rm_removes_names_and_prune_the_blobs_nobody_uses(made, home):
     cli("image", "rm", "team/bb:2.0")
     assert where.find("team/bb:2.0") is None and where.find("team/bb:1.0") is not None
     out = cli("image", "prune")
-    assert out.startswith("removed 3 blob(s)"), out  # B's layer, config and manifest
+    assert out.startswith("removed 3 blob(s) and 1 shared file(s)"), out  # B's layer, config, manifest; /added
     with Sandbox(rootfs="team/bb:1.0") as sb:
         assert sb.exec("cat /etc/motd").exit_code == 0
     r = CliRunner().invoke(main, ["image", "rm", "team/bb:2.0"])
@@ -221,7 +221,7 @@ def test_prune_waits_for_an_import_in_progress(made, home):
     os.close(w)
     importer.join(30)
     pruner.join(30)
-    assert done["prune"] == (0, 0)
+    assert done["prune"] == (0, 0, 0)
     with Sandbox(rootfs="team/bb:1.0") as sb:
         assert sb.exec("cat /etc/motd").stdout == b"hello from the image\n"
 
@@ -305,3 +305,25 @@ def test_bad_arguments_are_usage_errors_before_anything_is_read(made, home):
         r = CliRunner().invoke(main, ["image", "import", *args, target])
         assert r.exit_code == 2 and said in r.output, r.output
     assert blobs() == set() and store.oci_images() == []
+
+
+def test_images_sharing_a_base_share_its_unpacked_files(made, home):
+    """The second image's files from the shared layer are links to the first's (one inode, stored
+    once); a sandbox writing to one changes neither image; rm of the first keeps the second whole."""
+    a = store.import_archive(made.a)[0]
+    b = store.import_archive(made.b)[0]
+    busybox_a, busybox_b = (info.path / "root" / "bin" / "busybox" for info in (a, b))
+    assert busybox_a.stat().st_ino == busybox_b.stat().st_ino and busybox_a.stat().st_nlink == 3  # A, B, files/
+    assert (b.path / "root" / "added").stat().st_nlink == 2  # B's own (and files/)
+    with Sandbox(rootfs="team/bb:1.0") as sb:
+        sb.exec("echo changed > /bin/busybox.txt; echo more >> /etc/motd").check()  # the copy-on-write layer only
+        assert sb.exec("cat /etc/motd").stdout == b"hello from the image\nmore\n"
+    with Sandbox(rootfs="team/bb:2.0") as sb:
+        assert sb.exec("cat /added; busybox true && echo ok").stdout == b"from B\nok\n"
+    assert (a.path / "root" / "etc" / "motd").read_text() == "hello from the image\n"
+    cli("image", "rm", "team/bb:1.0")
+    out = cli("image", "prune")
+    assert "1 shared file(s)" in out  # A's /etc/motd (B removes it); busybox is still B's
+    assert busybox_b.stat().st_nlink == 2
+    with Sandbox(rootfs="team/bb:2.0") as sb:
+        assert sb.exec("echo $((6*7))").stdout == b"42\n"

@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from .. import paths
 from ..errors import ConfigError, ImageError
@@ -40,6 +40,11 @@ from .where import NAMES, find, images_dir, names
 
 def _oci_dir() -> Path:
     return paths.home() / "oci"
+
+
+def files_dir() -> Path:
+    """The files the images' trees share (hard links, by content and metadata: unpack.share_file)."""
+    return _oci_dir() / "files"
 
 
 def blob_store() -> BlobStore:
@@ -133,7 +138,9 @@ def _unpack(record: oci.ImageRecord, final: Path) -> None:
     blobs = blob_store()
     try:
         layers = [(_opener(blobs, layer), layer.diff_id) for layer in record.layers]
-        unpack.unpack_image(layers, work / "root")
+        files = files_dir()
+        files.mkdir(parents=True, exist_ok=True)
+        unpack.unpack_image(layers, work / "root", objects=files)  # (each file shared with the images that have it)
         give_to_sandbox_user(work / "root")
         write_manifest(work, name=final.name, profile=None, source="oci", extra={"oci": _oci_record(record)})
         try:
@@ -243,14 +250,20 @@ def _unused(info: ImageInfo) -> Iterator[None]:
         os.close(fd)
 
 
-def prune() -> tuple[int, int]:
-    """Remove the blobs no image in the store uses: (blobs removed, bytes freed).  Waits for the
-    imports in progress (theirs are no image's yet)."""
+class Pruned(NamedTuple):
+    blobs: int  # blobs removed (and partial downloads)
+    freed: int  # bytes
+    files: int = 0  # shared files no image links to any more
+
+
+def prune() -> Pruned:
+    """Remove the blobs no image in the store uses, and the shared files no image links to.  Waits
+    for the imports in progress (theirs are no image's yet)."""
     with _blobs_locked(fcntl.LOCK_EX):
         return _prune_locked()
 
 
-def _prune_locked() -> tuple[int, int]:
+def _prune_locked() -> Pruned:
     used = set()
     for info in oci_images():
         rec = info.manifest["oci"]
@@ -260,11 +273,27 @@ def _prune_locked() -> tuple[int, int]:
     count = freed = 0
     for partial in blobs.partials():  # (downloads no pull is resuming now: a pull holds its lock)
         freed += _remove_unlocked(partial)
+    files, freed = _prune_files(0, freed)
     for digest in blobs.digests():
         if digest not in used:
             freed += blobs.size(digest)
             blobs.remove(digest)
             count += 1
+    return Pruned(count, freed, files)
+
+
+def _prune_files(count: int, freed: int) -> tuple[int, int]:
+    """Remove the shared files no image links to any more (a link count of 1: only ours)."""
+    try:
+        entries = list(os.scandir(files_dir()))
+    except FileNotFoundError:
+        return count, freed
+    for entry in entries:
+        st = entry.stat(follow_symlinks=False)
+        if st.st_nlink == 1:
+            os.unlink(entry.path)
+            count += 1
+            freed += st.st_size
     return count, freed
 
 

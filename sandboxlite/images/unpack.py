@@ -102,6 +102,7 @@ class LayerStats:
     setid_count: int = 0
     xattrs_dropped: list[str] = field(default_factory=list)  # "usr/bin/ping: security.capability"
     xattrs_dropped_count: int = 0
+    shared: int = 0  # file bytes found in the store's shared files already (linked, not kept again)
 
     def note(self, kind: str, text: str) -> None:
         """Count one drop of ``kind`` ("dropped", "setid", "xattrs_dropped"), keeping its text."""
@@ -126,6 +127,53 @@ class ImageStats:
     @property
     def bytes(self) -> int:
         return sum(s.bytes for s in self.layers)
+
+    @property
+    def shared(self) -> int:
+        return sum(s.shared for s in self.layers)
+
+
+# ---- files shared between images ----------------------------------------------------------------
+# A regular file an image unpacks is also kept, by a key of its content and metadata, in the store's
+# ``files`` folder: a hard link.  The next image (or layer) that unpacks the same file links to that
+# one instead of keeping its own copy, so a base that images share is stored once, as its blobs are.
+# Metadata is in the key because links share their inode (mode, times, attributes); the owner is
+# not: as root, every image's files are given to one uid after unpacking.  Nothing writes into a
+# file once it is unpacked (a layer's file replaces the one below it: a new inode), and sandboxes
+# see images read-only, so a shared inode never changes under another image.
+
+
+def object_key(content: bytes, mode: int, mtime_ns: int, pax: dict[str, str]) -> str:
+    """The shared-file name of a file: sha256 of its content's digest, mode, mtime and user xattrs."""
+    h = hashlib.sha256(content)
+    h.update(f" {mode:o} {mtime_ns}".encode())
+    for key in sorted(k for k in pax if k.startswith(XATTR_PAX + "user.")):
+        h.update(b"\0" + key.encode("utf-8", "surrogateescape") + b"=" + pax[key].encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def share_file(objects: int, key: str, pfd: int, name: str) -> bool:
+    """``name`` (just written in the directory ``pfd``) shared through ``objects``: replaced by a
+    link to the file of the same key when there is one (True), else linked there for the next.
+    Anything in the way (a name too long for the temporary link, another filesystem) keeps the
+    file as it is: sharing saves space, it is never needed."""
+    temp = f".{name}.shared"
+    try:
+        os.link(key, temp, src_dir_fd=objects, dst_dir_fd=pfd, follow_symlinks=False)
+    except FileNotFoundError:  # the first of its kind: kept for the next ones
+        try:
+            os.link(name, key, src_dir_fd=pfd, dst_dir_fd=objects, follow_symlinks=False)
+        except OSError:
+            pass  # (another import kept it meanwhile, or the store is elsewhere: ours stays unshared)
+        return False
+    except OSError:
+        return False
+    try:
+        os.rename(temp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+    except OSError:
+        os.unlink(temp, dir_fd=pfd)
+        return False
+    return True
 
 
 # ---- opening a layer ----------------------------------------------------------------------------
@@ -451,8 +499,10 @@ class _Layer:
     ``final``: this layer's directories, whose modes and times are set at the end (their children change
     them).  ``relaxed``: as a user, directories given u+rwx to work in, and the modes they get back."""
 
-    def __init__(self, root: int, limits: UnpackLimits, stats: LayerStats, written_before: int) -> None:
+    def __init__(self, root: int, limits: UnpackLimits, stats: LayerStats, written_before: int,
+                 objects: int | None = None) -> None:  # fmt: skip
         self.root, self.limits, self.stats = root, limits, stats
+        self.objects = objects  # the store's shared files (see share_file), or None
         self.written_before = written_before
         self.is_root = os.geteuid() == 0
         self.touched: set[str] = set()
@@ -709,16 +759,24 @@ class _Layer:
     def _make_file(self, tar: tarfile.TarFile, member: tarfile.TarInfo, pfd: int, name: str, path: str) -> None:
         self._clear(pfd, name)
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=pfd)
+        content = hashlib.sha256()
         with open(fd, "wb") as out:
             src = tar.extractfile(member)
             assert src is not None
-            shutil.copyfileobj(src, out, _COPY)
+            while chunk := src.read(_COPY):
+                content.update(chunk)
+                out.write(chunk)
             out.flush()
             self._own(fd, member)
             self._xattrs(fd, member, path)
-            os.fchmod(fd, self._mode(member, path))
+            mode = self._mode(member, path)
+            os.fchmod(fd, mode)
             t = _mtime_ns(member)
             os.utime(fd, ns=(t, t))
+            if self.objects is not None:
+                key = object_key(content.digest(), mode, t, member.pax_headers)
+                if share_file(self.objects, key, pfd, name):
+                    self.stats.shared += member.size
 
     def _make_symlink(self, tar: tarfile.TarFile, member: tarfile.TarInfo, pfd: int, name: str, path: str) -> None:
         target = member.linkname
@@ -884,19 +942,22 @@ def _check_end(reader: _Reader, offset: int) -> None:
 
 
 def apply_layer(stream: BinaryIO, root: str | os.PathLike, *, diff_id: str | None = None,
-                limits: UnpackLimits = UnpackLimits(), written_before: int = 0) -> LayerStats:  # fmt: skip
+                limits: UnpackLimits = UnpackLimits(), written_before: int = 0,
+                objects: str | os.PathLike | None = None) -> LayerStats:  # fmt: skip
     """Apply ONE layer, the uncompressed tar read from ``stream`` (read once, start to end: a pipe will do),
     onto the directory ``root``, which holds the layers below it already applied.
 
     ``diff_id`` ("sha256:<hex>" of the uncompressed tar), when given, is checked at the end.
     ``written_before``: file bytes the earlier layers of the same image wrote (for
     ``limits.max_total_bytes``).  Any problem is an ``ImageError``; ``root`` is then half-applied and must
-    be thrown away (``unpack_image`` does)."""
+    be thrown away (``unpack_image`` does).  ``objects``: the store's shared files (a folder on the
+    same filesystem): every regular file is linked there, or to the same file found there."""
     algorithm = _digest_of(diff_id)
     reader = _Reader(stream, algorithm)
     stats = LayerStats()
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the caller's own directory
-    layer = _Layer(root_fd, limits, stats, written_before)
+    objects_fd = os.open(objects, _DIR) if objects is not None else None
+    layer = _Layer(root_fd, limits, stats, written_before, objects_fd)
     try:
         end = _members(reader, layer)
         _check_end(reader, end)
@@ -908,6 +969,8 @@ def apply_layer(stream: BinaryIO, root: str | os.PathLike, *, diff_id: str | Non
     finally:
         layer.close()
         os.close(root_fd)
+        if objects_fd is not None:
+            os.close(objects_fd)
     stats.diff_id = f"{algorithm}:{reader.hash.hexdigest()}"
     if diff_id is not None and stats.diff_id != diff_id.lower():
         raise ImageError(f"the layer does not match its diff_id: expected {diff_id}, its tar is {stats.diff_id}",
@@ -921,7 +984,7 @@ Opener = Callable[[], contextlib.AbstractContextManager[BinaryIO]]
 
 
 def unpack_image(layers: Sequence[tuple[Opener, str | None]], dest: str | os.PathLike,
-                 limits: UnpackLimits = UnpackLimits()) -> ImageStats:  # fmt: skip
+                 limits: UnpackLimits = UnpackLimits(), objects: str | os.PathLike | None = None) -> ImageStats:  # fmt: skip
     """Apply ``layers`` (bottom first; each an opener, e.g. ``functools.partial(open_layer, path, type)``,
     and its diff_id) into a fresh directory next to ``dest``, renamed to ``dest`` once every layer applied.
     On any error (Ctrl-C included) that directory is removed: nothing is kept.  ``dest`` must not exist."""
@@ -934,7 +997,8 @@ def unpack_image(layers: Sequence[tuple[Opener, str | None]], dest: str | os.Pat
     try:
         os.chmod(work, 0o755)  # an image's root (mkdtemp made it 0o700)
         for i, (opener, diff_id) in enumerate(layers, 1):
-            stats.layers.append(_apply_one(opener, diff_id, work, limits, stats.bytes, f"{i} of {len(layers)}"))
+            stats.layers.append(_apply_one(opener, diff_id, work, limits, stats.bytes, f"{i} of {len(layers)}",
+                                           objects))  # fmt: skip
         try:
             os.rename(work, dest)
         except OSError as e:
@@ -959,9 +1023,9 @@ def _discard(work: Path) -> None:
 
 
 def _apply_one(opener: Opener, diff_id: str | None, root: Path, limits: UnpackLimits, before: int,
-               which: str) -> LayerStats:  # fmt: skip
+               which: str, objects: str | os.PathLike | None = None) -> LayerStats:  # fmt: skip
     try:
         with opener() as stream:
-            return apply_layer(stream, root, diff_id=diff_id, limits=limits, written_before=before)
+            return apply_layer(stream, root, diff_id=diff_id, limits=limits, written_before=before, objects=objects)
     except ImageError as e:
         raise ImageError(f"layer {which} ({diff_id or 'no diff_id'}): {e.message}", hint=e.hint) from None

@@ -367,3 +367,36 @@ def _remove_image(arena: Path) -> None:
     import shutil
 
     shutil.rmtree(arena / "img")
+
+
+def _opener(data: bytes):
+    return lambda: contextlib.nullcontext(io.BytesIO(data))
+
+
+def test_an_image_cannot_change_a_file_it_shares_with_another(tmp_path):
+    """Files are shared between images by hard links (the store's files/).  A later image whose layer
+    links to a shared file and then writes that name, writes a name twice, or a whiteout and the name
+    again, gets new files of its own: the first image's file and the shared one never change."""
+    objects = tmp_path / "files"
+    objects.mkdir()
+    first = layer(member("etc", "dir"), member("etc/passwd", data=b"root:x:0:0\n"), member("bin", "dir"),
+                  member("bin/tool", data=b"#!/bin/sh\necho original\n", mode=0o755))  # fmt: skip
+    unpack_image([(_opener(first), diff_id(first))], tmp_path / "a", objects=objects)
+    before = {f.name: f.read_bytes() for f in objects.iterdir()}
+    assert len(before) == 2
+    hostile = layer(
+        member("etc", "dir"), member("bin", "dir"),
+        member("etc/passwd", data=b"root:x:0:0\n"),  # the same file: shared with the first image
+        member("etc/alias", "hardlink", link="etc/passwd"),  # a hard link to the shared inode
+        member("etc/alias", data=b"evil: written through the link's name\n"),
+        member("etc/passwd", data=b"evil: the name written again\n"),
+        member("bin/tool", data=b"#!/bin/sh\necho original\n", mode=0o755),
+        member("bin/.wh.tool", "file"), member("bin/tool", data=b"evil: after its whiteout\n", mode=0o755),
+    )  # fmt: skip
+    unpack_image([(_opener(first), diff_id(first)), (_opener(hostile), diff_id(hostile))], tmp_path / "b",
+                 objects=objects)  # fmt: skip
+    assert (tmp_path / "a" / "etc" / "passwd").read_bytes() == b"root:x:0:0\n"
+    assert (tmp_path / "a" / "bin" / "tool").read_bytes() == b"#!/bin/sh\necho original\n"
+    assert (tmp_path / "b" / "etc" / "passwd").read_bytes() == b"evil: the name written again\n"
+    assert (tmp_path / "b" / "bin" / "tool").read_bytes() == b"evil: after its whiteout\n"
+    assert {f.name: f.read_bytes() for f in objects.iterdir() if f.name in before} == before  # none changed
