@@ -436,3 +436,26 @@ def test_an_image_of_120_layers_imports_and_pulls(open_registry, home, tmp_path)
     with Sandbox(image=f"{open_registry.host}/team/many:1") as sb:
         r = sb.exec(["/bin/busybox", "sh", "-c", "busybox ls /layers; busybox cat /layers/*"])
         assert (r.exit_code, r.stdout) == (0, b"119\n119\n"), r  # each whiteout and opaque dir applied
+
+
+def test_a_rows_docker_image_is_pulled_when_asked(open_registry, home, monkeypatch):
+    """SANDBOXLITE_PULL=missing: the paper's runtime and the rllm adapter pull a row's image the store
+    lacks (a loopback registry over plain http, as docker treats 127.0.0.0/8); by default they do not."""
+    from sandboxlite.compat import llm_in_sandbox as compat
+    from sandboxlite.rl.adapters.rllm import task_from_row
+
+    ref = f"{open_registry.host}/team/bb:1"
+    assert compat.root_for(ref) == "auto" and where.find(ref) is None  # never, by default
+    monkeypatch.setenv("SANDBOXLITE_PULL", "sometimes")
+    with pytest.raises(Exception, match="SANDBOXLITE_PULL.*must be one of never, missing"):
+        compat.root_for(ref)
+    monkeypatch.setenv("SANDBOXLITE_PULL", "missing")
+    assert compat.root_for(ref) == ref and where.find(ref) is not None
+    row = {"problem_statement": "q", "ground_truth": "1", "docker_image": f"{open_registry.host}/team/bb:2"}
+    task = task_from_row(row)
+    assert task.rootfs == f"{open_registry.host}/team/bb:2"
+    with Sandbox(image=task.rootfs) as sb:
+        assert sb.exec("cat /added").stdout == b"from B\n"
+    monkeypatch.setenv("SANDBOXLITE_PULL", "missing")
+    with pytest.raises(ImageError, match="is not in the registry"):
+        compat.root_for(f"{open_registry.host}/team/bb:nope")  # asked for, and failed: said, not skipped

@@ -142,11 +142,11 @@ def config_for(docker_image: str, repo_path: str, docker_kwargs: Mapping[str, An
 
 def root_for(docker_image: str) -> str:
     """The root a row's ``docker_image`` stands for: that container image when the store holds it
-    (``sandboxlite image import``), else a built image of its name (``.../science:latest`` is
-    science), else ``"auto"`` (the runtime says so)."""
-    from ..images import image_root, where
+    (``sandboxlite image pull`` / ``import``; pulled now when ``SANDBOXLITE_PULL=missing``), else a
+    built image of its name (``.../science:latest`` is science), else ``"auto"`` (the runtime says so)."""
+    from ..images import image_root, store
 
-    if docker_image and where.find(docker_image) is not None:
+    if docker_image and store.available(docker_image):
         return docker_image
     name = docker_image.rsplit("/", 1)[-1].split(":", 1)[0] if docker_image else ""
     return name if name and image_root(name).is_dir() else "auto"
@@ -197,7 +197,8 @@ class SandboxRuntime:
             self.logger.info(f"image: {self.docker_image} (the container image, from sandboxlite's store)")
         else:
             self.logger.warning(f"image: {self.docker_image} is not in sandboxlite's store (sandboxlite image "
-                                f"import FILE): running on sandboxlite's rootfs {root!r} instead")  # fmt: skip
+                                f"pull or import it, or set SANDBOXLITE_PULL=missing): running on sandboxlite's "
+                                f"rootfs {root!r} instead")  # fmt: skip
 
     @staticmethod
     def _get_container_name(image_name: str) -> str:

@@ -83,6 +83,30 @@ def pull_image(reference: str, *, platform: str | None = None, credentials: Cred
         return install(_runnable([record], platform, ref)[0])
 
 
+PULL_ENV = "SANDBOXLITE_PULL"
+PULL_POLICIES = ("never", "missing")
+
+
+def available(reference: str, *, env: dict[str, str] | None = None) -> bool:
+    """Whether the store holds the image ``reference`` names, pulling it first when it does not
+    and ``$SANDBOXLITE_PULL`` is ``missing`` (the default, ``never``, pulls nothing: a dataset's
+    rows must not start downloads nobody asked for).  A registry on this machine is pulled from
+    over plain http, as docker treats 127.0.0.0/8.  A pull that fails raises (it was asked for)."""
+    if find(reference) is not None:
+        return True
+    policy = (os.environ if env is None else env).get(PULL_ENV, "never").strip() or "never"
+    if policy not in PULL_POLICIES:
+        raise ConfigError(PULL_ENV, f"must be one of {', '.join(PULL_POLICIES)}, got {policy!r}")
+    if policy == "never":
+        return False
+    try:
+        registry = oci.parse_reference(reference).registry
+    except ImageError:
+        return False  # (no reference: nothing to pull)
+    pull_image(reference, insecure=is_loopback(split_host(registry)[0]))
+    return True
+
+
 def _argument(parse, value: str | None, field: str) -> str | None:
     """``value`` parsed (canonical), or a ConfigError naming the argument."""
     if value is None:

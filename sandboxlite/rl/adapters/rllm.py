@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 
 from ...agent.task import _FIELDS as TASK_FIELDS
 from ...agent.task import Task
-from ...images import where
+from ...images import store
 from ...jail.pool import SandboxPool
 from ..env import SandboxEnv
 
@@ -104,15 +104,17 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
 
 def _root_of_row(values: dict[str, Any], docker_image: Any) -> None:
     """The paper's rows name a ``docker_image``: the task's root when sandboxlite's store holds it
-    (``sandboxlite image import``) and the row names no root of its own; otherwise the default root,
+    (``sandboxlite image pull`` / ``import``, or pulled now with ``SANDBOXLITE_PULL=missing``) and the
+    row names no root of its own; otherwise the default root,
     said once per image.  (An env over a shared pool runs the pool's root whatever the task says.)"""
     if not isinstance(docker_image, str) or not docker_image or "rootfs" in values or "image" in values:
         return
-    if where.find(docker_image) is not None:
+    if store.available(docker_image):  # (pulled first with SANDBOXLITE_PULL=missing)
         values["rootfs"] = docker_image
     else:  # (a warning: Python shows each text once, and a dataset repeats one image in every row)
         warnings.warn(f"the row's docker_image {docker_image} is not in sandboxlite's store (sandboxlite image "
-                      "import FILE): its tasks run on the default root", RuntimeWarning, stacklevel=3)
+                      "pull or import it, or set SANDBOXLITE_PULL=missing): its tasks run on the default root",
+                      RuntimeWarning, stacklevel=3)  # fmt: skip
 
 
 try:  # the real base class where rllm is installed (its engine checks isinstance)
