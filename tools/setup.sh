@@ -57,6 +57,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 have() { command -v "$1" >/dev/null 2>&1; }
+# Debian's docker-registry package starts a registry service on :5000 where systemd runs; the tests
+# start their own on loopback, so the service is stopped and disabled (nothing listens for them)
+if [ "$SUDO" != none ] && have systemctl && systemctl list-unit-files docker-registry.service >/dev/null 2>&1; then
+  $SUDO systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
+fi
 if [ "$SUDO" = none ]; then
   for p in "${TEST_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
