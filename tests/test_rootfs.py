@@ -113,3 +113,23 @@ def test_the_subuid_hint_proposes_a_range_nobody_has(tmp_path):
     assert free_subid_range((str(sub), str(gid))) == 231072
     sub.write_text("alice:100000:65536\ncarol:240000:65536\n")  # a gap too small: after carol
     assert free_subid_range((str(sub), str(gid))) == 305536
+
+
+def test_the_host_plan_follows_the_home(host_dir_factory, monkeypatch):
+    """host_plan's /etc copy lives under $SANDBOXLITE_HOME: a process whose home moves (and whose old
+    home is removed) still starts host sandboxes."""
+    import shutil
+
+    from sandboxlite import Sandbox
+
+    first = host_dir_factory("sandboxlite-home-a-")
+    monkeypatch.setenv("SANDBOXLITE_HOME", str(first))
+    with Sandbox(rootfs="host") as sb:
+        assert sb.exec("echo one").stdout == b"one\n"
+    second = host_dir_factory("sandboxlite-home-b-")
+    monkeypatch.setenv("SANDBOXLITE_HOME", str(second))
+    shutil.rmtree(first)
+    etc = dict((dst, src) for src, dst in rootfs.host_plan().binds)["/etc"]
+    assert etc.startswith(str(second))
+    with Sandbox(rootfs="host") as sb:
+        assert sb.exec("echo two").stdout == b"two\n"

@@ -241,8 +241,19 @@ def _dir_plan(root: str, name: str | None, shell_required: bool, _ino: int, _mti
     return RootfsPlan(name=name or root, kind="dir", path=root, binds=tuple(binds), symlinks=tuple(links))
 
 
-@functools.lru_cache(maxsize=1)
 def host_plan() -> RootfsPlan:
+    """The host's /usr (and the rest of HOST_TOP) read-only, with the copy of /etc kept under
+    ``$SANDBOXLITE_HOME``: planned once per home (a process that moves its home gets the new one's)."""
+    plan = _host_plan(str(paths.home()))
+    etc = next(src for src, dst in plan.binds if dst == "/etc")
+    if not os.path.isdir(etc):  # (removed meanwhile: make it again)
+        _host_plan.cache_clear()
+        plan = _host_plan(str(paths.home()))
+    return plan
+
+
+@functools.lru_cache(maxsize=4)
+def _host_plan(_home: str) -> RootfsPlan:
     binds, links = [], []
     for entry in HOST_TOP:
         src = "/" + entry
