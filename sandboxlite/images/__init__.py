@@ -170,15 +170,18 @@ def _image_plan(spec: str) -> RootfsPlan:
             hint=f"sandboxlite rootfs rm {spec} && sandboxlite rootfs build {spec}",
         )
     st = manifest.stat()
-    env, user = _manifest_config(str(root.parent), st.st_mtime_ns, st.st_size)
-    plan = dir_plan(str(root), name=spec, shell_required=False)  # (an image without a shell runs argv commands)
+    env, user, container = _manifest_config(str(root.parent), st.st_mtime_ns, st.st_size)
+    # a container image without a shell (distroless) runs argv commands; a built one without is broken
+    plan = dir_plan(str(root), name=spec, shell_required=not container)
     return dataclasses.replace(plan, env=env, user=user) if env or user else plan
 
 
 @functools.lru_cache(maxsize=32)
-def _manifest_config(image: str, _mtime_ns: int, _size: int) -> tuple[tuple[tuple[str, str], ...], tuple[int, int] | None]:
+def _manifest_config(image: str, _mtime_ns: int, _size: int) -> tuple[tuple[tuple[str, str], ...], tuple[int, int] | None,
+                                                                     bool]:  # fmt: skip
     """A container image's environment (its config's ``Env``) and user (``User``, resolved in the
-    image's own /etc/passwd and /etc/group; None for root); nothing for a built image.  Read again
+    image's own /etc/passwd and /etc/group; None for root), and whether it is a container image;
+    nothing for a built image.  Read again
     when the manifest changes.  A manifest that does not parse marks a damaged image."""
     from .manifest import read_manifest
     from .users import resolve_user
@@ -190,7 +193,8 @@ def _manifest_config(image: str, _mtime_ns: int, _size: int) -> tuple[tuple[tupl
     pairs = [item.split("=", 1) for item in config.get("env") or () if isinstance(item, str) and "=" in item]
     user = config.get("user")
     resolved = resolve_user(os.path.join(image, "root"), user) if isinstance(user, str) and user else None
-    return tuple((k, v) for k, v in pairs if k and "\0" not in k + v), (None if resolved == (0, 0) else resolved)
+    env = tuple((k, v) for k, v in pairs if k and "\0" not in k + v)
+    return env, (None if resolved == (0, 0) else resolved), isinstance(manifest.get("oci"), dict)
 
 
 def _top_level(root: str, skip: frozenset[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
