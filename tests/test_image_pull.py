@@ -26,7 +26,7 @@ from sandboxlite.images.blobs import BlobStore
 from sandboxlite.images.progress import ProgressBar
 
 from .registry_helpers import Proxy, TokenServer, docker_config, htpasswd_auth, need_registry, start_registry
-from .test_image_oci import run, two_platform_layout, umoci_image
+from .test_image_oci import run, two_platform_layout, umoci_image, umoci_layer
 from .test_image_store import busybox_tree
 
 USER, PASSWORD = "alice", "s3cret-pw"
@@ -42,18 +42,14 @@ def made(tmp_path_factory):
     layout = d / "layout"
     run("umoci", "init", "--layout", str(layout))
     run("umoci", "new", "--image", f"{layout}:a")
-    bundle = d / "bundle"
-    run("umoci", "unpack", "--image", f"{layout}:a", str(bundle))
-    run("cp", "-a", f"{d / 'base'}/.", str(bundle / "rootfs"))
-    run("umoci", "repack", "--image", f"{layout}:a", str(bundle))
+    umoci_layer(layout, "a", d / "base")
     run("umoci", "config", "--image", f"{layout}:a", "--architecture", "amd64", "--os", "linux",
         "--config.env", "PATH=/bin", "--config.cmd", "cat", "--config.cmd", "/etc/motd")  # fmt: skip
     run("umoci", "config", "--image", f"{layout}:a", "--config.label", "b=1", "--tag", "b")
-    run("rm", "-rf", str(bundle))
-    run("umoci", "unpack", "--image", f"{layout}:b", str(bundle))
-    (bundle / "rootfs" / "big").write_bytes(os.urandom(2 << 20))
-    (bundle / "rootfs" / "added").write_text("from B\n")
-    run("umoci", "repack", "--image", f"{layout}:b", str(bundle))
+    (d / "more").mkdir()
+    (d / "more" / "big").write_bytes(os.urandom(2 << 20))
+    (d / "more" / "added").write_text("from B\n")
+    umoci_layer(layout, "b", d / "more")
     multi_base = d / "multi-base"
     umoci_image(multi_base, d / "base")
     two_platform_layout(multi_base, d / "multi")
