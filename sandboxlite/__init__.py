@@ -28,9 +28,11 @@ from .errors import (
     SetupError,
     SnapshotError,
 )
+from .jail.aio import AsyncSandbox
 from .jail.host import Host
 from .jail.pool import SandboxPool
 from .jail.sandbox import Sandbox
+from .jail.process import Process
 from .jail.shell import Shell
 from .result import ExecResult
 from .state.snapshot import Snapshot
@@ -50,6 +52,8 @@ def __getattr__(name: str):  # the agent layer (and openai) load only when asked
 
 __all__ = [
     "Sandbox",
+    "AsyncSandbox",
+    "Process",
     "SandboxPool",
     "Host",
     "SandboxConfig",

@@ -163,6 +163,7 @@ def exec_(rootfs, image, mounts, timeout, network, network_log, envs, workdir, m
 
     Example: sandboxlite exec -- python3 -c 'print(6*7)'
     """
+    from .jail import attach
     from .jail.sandbox import Sandbox
 
     try:
@@ -185,27 +186,72 @@ def exec_(rootfs, image, mounts, timeout, network, network_log, envs, workdir, m
             limits=limits,
             isolation=isolation,
         )
-        stdin = None if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
-        with Sandbox(config) as sb:
-            result = sb.exec(list(command), stdin=stdin)
-        requests = sb.network_log()
+        # stdin passes through when it is not a terminal (a pipe or a file: `echo 2+2 | ... bc`)
+        stdin = None if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer
+        old_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+        try:
+            with Sandbox(config) as sb:
+                proc = sb.spawn(list(command), stdin=stdin is not None, timeout=config.limits.timeout_s)
+                result = attach.pipe_through(proc, stdin=stdin, stdout=sys.stdout.buffer, stderr=sys.stderr.buffer)
+                dropped = proc.stdout.dropped + proc.stderr.dropped
+            requests = sb.network_log()
+        finally:
+            signal.signal(signal.SIGTERM, old_sigterm)
     except SandboxError as e:
         _fail(e)
         return
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the command's tree was killed with the sandbox
+        what, code = ("SIGTERM", EXIT_SIGTERM) if isinstance(e, _Terminated) else ("Ctrl-C", EXIT_SIGINT)
+        click.echo(f"\nsandboxlite: interrupted ({what})", err=True)
+        sys.exit(code)
     if network_log == "-":
         for r in requests:
             click.echo(f"sandboxlite: egress: {r.line()}", err=True)
     elif network_log is not None:
         with open(network_log, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r.as_dict()) + "\n" for r in requests)
-    sys.stdout.buffer.write(result.stdout)
-    sys.stdout.buffer.flush()
-    sys.stderr.buffer.write(result.stderr)
-    if result.truncated:
-        click.echo(f"sandboxlite: output truncated at {config.limits.output_bytes} bytes per stream", err=True)
+    if dropped and result.signal != signal.SIGPIPE:  # (our stdout could not keep up: it is read as it comes)
+        click.echo(f"sandboxlite: {dropped} bytes of output were dropped (not read in time)", err=True)
     if result.timed_out:
         click.echo(f"sandboxlite: timed out after {result.duration_s:.1f}s", err=True)
-    sys.stderr.buffer.flush()
+    sys.exit(result.exit_code)
+
+
+@main.command(name="shell")
+@click.option("--rootfs", default="auto", show_default=True, help='"auto", "host", an image name or a directory.')
+@click.option("--image", default=None, help="A container image in the store (sandboxlite image list) as the root.")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:ro|rw]", help="Show a host path inside (repeatable).")
+@click.option("--network", type=NetworkMode(), default="none", show_default=True, help=NETWORK_HELP)
+@click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Set an environment variable (repeatable).")
+@click.option("--workdir", default="/testbed", show_default=True)
+@click.option("--memory-mb", type=int, default=None, help="Memory limit in MiB.")
+@isolation_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@_errors_to_exit_codes
+def shell_(rootfs, image, mounts, network, envs, workdir, memory_mb, isolation, command) -> None:
+    """An interactive shell (bash, else sh) in a fresh sandbox, on a terminal of its own: Ctrl-C,
+    Ctrl-Z and job control work; its exit status is ours.  Everything is gone when it exits.
+    COMMAND (after --): run that on the terminal instead (e.g. -- python3)."""
+    from .jail import attach
+    from .jail.sandbox import Sandbox
+
+    env = {"TERM": os.environ.get("TERM", "xterm-256color")}
+    for item in envs:
+        if "=" not in item:
+            raise ConfigError("--env", f"expected KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        env[k] = v
+    config = SandboxConfig(rootfs=_image_root(image, rootfs), mounts=tuple(Mount.parse(m) for m in mounts),
+                           network=network, workdir=workdir, isolation=isolation,
+                           limits=Limits(**({"memory_mb": memory_mb} if memory_mb else {})))  # fmt: skip
+    try:  # the terminal's own size (not $COLUMNS/$LINES, which may be stale)
+        size = os.get_terminal_size(sys.stdin.fileno())
+    except (OSError, ValueError):
+        size = os.terminal_size((80, 24))
+    with Sandbox(config) as sb:
+        argv = list(command) or (["/bin/bash", "-i"] if sb.is_file("/bin/bash") else ["/bin/sh", "-i"])
+        proc = sb.spawn(argv, env=env, pty=(size.lines, size.columns))
+        result = attach.terminal(proc)
     sys.exit(result.exit_code)
 
 

@@ -108,9 +108,15 @@ class Limits:
     # episode: a reset starts again) and how many connections it keeps open at once
     egress_mb: int = 1024
     egress_connections: int = 16
+    # the sandbox's own lifetime (jail/lifetime.py): closed this long after it started, or after this
+    # long without a call, a command or a spawned process running; None: never
+    ttl_s: float | None = None
+    idle_s: float | None = None
 
     def __post_init__(self) -> None:
         _positive("limits.timeout_s", self.timeout_s, optional=False, kind=float)
+        _positive("limits.ttl_s", self.ttl_s, optional=True, kind=float)
+        _positive("limits.idle_s", self.idle_s, optional=True, kind=float)
         for name in ("cpu_s", "memory_mb", "pids", "fsize_mb"):
             _positive(f"limits.{name}", getattr(self, name), optional=True)
         for name in ("nofile", "tmp_mb", "testbed_mb", "overlay_mb", "output_bytes", "ptys", "egress_mb",

@@ -86,7 +86,8 @@ def c_enum(name: str) -> dict[str, str]:
 
 # Python names of every C #define, by the C name (EXIT_* map to ExecutorExit)
 SCALARS = ("HELLO", "CTRL_FD", "MAX_REQUEST_PAYLOAD", "MAX_REPLY_PAYLOAD", "MAX_FDS", "SP_STDIN", "SP_STDOUT",
-           "SP_STDERR", "SP_STATUS", "OP_MKPARENTS", "OP_REQ_REG", "OP_REQ_DIR", "OP_KERNEL_MASK", "KILL_ALL", "KILL_DESC",
+           "SP_STDERR", "SP_STATUS", "SP_TTY", "SP_PID", "OP_MKPARENTS", "OP_REQ_REG", "OP_REQ_DIR", "OP_KERNEL_MASK", "KILL_ALL", "KILL_DESC",
+           "KILL_SIG",
            "MAX_BINDS", "MAX_WTMPFS", "MAX_MKDIRS", "MAX_RULES", "MAX_OWN", "MAX_DEVRW", "MAX_LAYERS", "LAYER_ID_MAX",
            "SNAPS_PATH_MAX", "OPTION_PATH_MAX")  # fmt: skip
 

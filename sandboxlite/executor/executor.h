@@ -94,10 +94,12 @@
  * Requests (host -> executor, payload at most MAX_REQUEST_PAYLOAD):
  *   'S' spawn    flags, cwd, argc, argv..., env... with the SP_* descriptors
  *                (in flag order; SP_STATUS's becomes the command's fd 3);
- *                no reply on success, then 'X'; 'E' if it cannot start
- *   'K' kill     "all" (the command's tree) or "desc FLOOR" (what the command
- *                started after pid FLOOR, not the command: a shell's timeout);
- *                no reply
+ *                no reply on success (with SP_PID: 'R' with the command's
+ *                pid), then 'X'; 'E' if it cannot start
+ *   'K' kill     "all" (the command's tree), "desc FLOOR" (what the command
+ *                started after pid FLOOR, not the command: a shell's timeout)
+ *                or "sig N" (signal N to the command's process group, while it
+ *                runs); no reply
  *   'O' open     flags (O_* | OP_*), mode, path, resolved in the generation's
  *                root: 'F' with the descriptor (empty payload) or 'E'
  *   'M' mkdir    mode, path (mkdir -p): 'R' or 'E'
@@ -179,7 +181,7 @@
 
 /* ---- the protocol (mirrors sandboxlite/executor/protocol.py; one definition per line) ---- */
 
-#define HELLO_TEXT "sandboxlite-executor 6"
+#define HELLO_TEXT "sandboxlite-executor 7"
 #define CTRL_FD 3                       /* the control socket unless ctrl=N */
 #define MAX_REQUEST_PAYLOAD (16u << 20) /* a bigger request ends the jail (launch.MAX_SPAWN_BYTES) */
 #define MAX_REPLY_PAYLOAD 4096u         /* what we send is far smaller */
@@ -214,6 +216,8 @@ enum reply {
 #define SP_STDOUT 2u /* an fd for stdout is attached, else /dev/null */
 #define SP_STDERR 4u /* an fd for stderr is attached, else /dev/null */
 #define SP_STATUS 8u /* an fd the command gets as 3 (a shell's status channel), else 3 is closed */
+#define SP_TTY 16u   /* its stdin is a terminal: made the command's controlling terminal (TIOCSCTTY) */
+#define SP_PID 32u   /* S reports the command's pid ('R' "PID") before anything else */
 
 /* open flags of our own, above the kernel's O_* bits we forward */
 #define OP_MKPARENTS 0x40000000u
@@ -224,6 +228,7 @@ enum reply {
 /* kill requests */
 #define KILL_ALL "all"
 #define KILL_DESC "desc"
+#define KILL_SIG "sig"
 
 /* exit codes of the executor itself */
 #define EXIT_BAD_OPTION 110 /* an unknown, malformed, repeated or excess option */

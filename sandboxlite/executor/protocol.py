@@ -15,9 +15,9 @@ Requests (``Op``, host to executor; payload at most ``MAX_REQUEST_PAYLOAD``):
 ========  =====================================  ==============================
 op        payload (builder)                      answer
 ========  =====================================  ==============================
-SPAWN     ``spawn_payload`` + SP_* descriptors   none, then EXIT; ERROR if it
-                                                 cannot start
-KILL      ``kill_payload``                       none
+SPAWN     ``spawn_payload`` + SP_* descriptors   none (SP_PID: OK "PID"), then
+                                                 EXIT; ERROR if it cannot start
+KILL      ``kill_payload``, ``signal_payload``   none
 OPEN      ``open_payload``                       FD (no payload) or ERROR
 MKDIR     ``mkdir_payload``                      OK (no payload) or ERROR
 SYMLINK   ``symlink_payload``                    OK (no payload) or ERROR
@@ -56,16 +56,17 @@ import os
 import select
 import socket
 import struct
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import SandboxCrashed
 
 HEADER = struct.Struct("<IcI")
-HELLO = b"sandboxlite-executor 6"  # the executor's greeting: its name and protocol version
+HELLO = b"sandboxlite-executor 7"  # the executor's greeting: its name and protocol version
 CTRL_FD = 3  # the executor's control socket unless ctrl=N
 # host -> executor: a spawn carries argv, environment and cwd (launch.MAX_SPAWN_BYTES); a
 # bigger request makes the executor drop the jail, so Channel.send refuses it
@@ -112,6 +113,8 @@ _REPLY_BY_BYTE = {r.value.encode(): r for r in Reply}
 # spawn flags: which descriptors come attached (in this order); absent standard streams are /dev/null
 SP_STDIN, SP_STDOUT, SP_STDERR = 1, 2, 4
 SP_STATUS = 8  # one more, the command's fd 3 (a shell's status channel); without it fd 3 is closed
+SP_TTY = 16  # its stdin is a terminal: the command's controlling terminal (TIOCSCTTY)
+SP_PID = 32  # the supervisor reports the command's pid first (OK "PID"), then EXIT
 # open flags of our own (above the kernel's O_* bits, which are forwarded)
 OP_MKPARENTS = 0x40000000  # mkdir -p the parent first
 OP_REQ_REG = 0x20000000  # refuse anything but a regular file (EISDIR / EINVAL)
@@ -121,6 +124,7 @@ OP_KERNEL_MASK = 0x0FFFFFFF  # the O_* bits the executor passes to openat2
 # kill requests
 KILL_ALL = "all"
 KILL_DESC = "desc"
+KILL_SIG = "sig"
 
 
 class ExecutorExit(enum.IntEnum):
@@ -408,6 +412,13 @@ def kill_payload(how: KillHow | str = KillHow.ALL) -> bytes:
     raise ValueError(f"a kill is {KILL_ALL!r} or '{KILL_DESC} FLOOR', got {how!r}")
 
 
+def signal_payload(sig: int) -> bytes:
+    """KILL with a signal: ``sig`` (1-64) to the command's process group, while it runs."""
+    if isinstance(sig, bool) or not isinstance(sig, int) or not 0 < sig < 65:
+        raise ValueError(f"a signal is a number from 1 to 64, got {sig!r}")
+    return f"{KILL_SIG} {int(sig)}".encode()
+
+
 # ---- frames ---------------------------------------------------------------------------------
 
 _CRED = struct.Struct("iII")  # struct ucred
@@ -472,14 +483,44 @@ class Channel:
         self._next_id = 1
         self.closed = False
         self.peer_pid: int | None = None  # host pid of the executor (from SCM_CREDENTIALS)
+        # Threads: sends are serialised by one lock, reads (pump, take, ...) by another, so any
+        # thread may pump and frames land in _frames whoever read them.  A reader that waits on
+        # the socket while another may pump (``readers`` > 0: spawned processes are served by a
+        # thread or an event loop) registers a listener, told when a frame for its id arrives.
+        self._send_lock = threading.Lock()
+        self._read_lock = threading.RLock()
+        self._listeners: dict[int, Callable[[], None]] = {}
+        self.readers = 0  # other readers besides the caller at hand (process reactors, event loops)
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
     def new_id(self) -> int:
-        i = self._next_id
-        self._next_id = (self._next_id + 1) & 0xFFFFFFFF or 1
-        return i
+        with self._send_lock:
+            i = self._next_id
+            self._next_id = (self._next_id + 1) & 0xFFFFFFFF or 1
+            return i
+
+    # -- listeners -------------------------------------------------------------
+    def listen(self, id_: int, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` (in whichever thread pumps) whenever a frame for ``id_`` arrives, and once
+        when the executor goes away; until ``unlisten(id_)``.  Called at once if one is queued."""
+        with self._read_lock:
+            self._listeners[id_] = fn
+            ready = id_ in self._frames or self.closed
+        if ready:
+            fn()
+
+    def unlisten(self, id_: int) -> None:
+        with self._read_lock:
+            self._listeners.pop(id_, None)
+
+    def wakeup_fd(self, id_: int) -> int:
+        """An eventfd made readable whenever a frame for ``id_`` arrives (``listen``); the caller
+        closes it after ``unlisten(id_)``."""
+        efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self.listen(id_, lambda: _poke(efd))
+        return efd
 
     # -- sending -------------------------------------------------------------
     def send(self, type_: Op | str, id_: int, payload: bytes = b"", fds: list[int] | tuple[int, ...] = ()) -> None:
@@ -495,6 +536,10 @@ class Channel:
                 f"got {len(payload)} and {len(fds)}"
             )
         data = HEADER.pack(5 + len(payload), type_.encode(), id_) + payload
+        with self._send_lock:
+            self._send(data, fds)
+
+    def _send(self, data: bytes, fds: list[int] | tuple[int, ...]) -> None:
         anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
         view = memoryview(data)
         while view:
@@ -520,6 +565,18 @@ class Channel:
     # -- receiving -----------------------------------------------------------
     def pump(self) -> bool:
         """Read whatever is available; returns False once the executor has gone."""
+        with self._read_lock:
+            ready: set[int] = set()
+            try:
+                alive = self._pump(ready)
+            finally:
+                calls = list(self._listeners.values()) if self.closed else [
+                    self._listeners[i] for i in ready if i in self._listeners]
+        for fn in calls:
+            fn()
+        return alive
+
+    def _pump(self, ready: set[int]) -> bool:
         if self.closed:
             return False
         while True:
@@ -547,9 +604,9 @@ class Channel:
                 self.closed = True
                 return False
             self._buf += data
-            self._parse()
+            self._parse(ready)
 
-    def _parse(self) -> None:
+    def _parse(self, ready: set[int]) -> None:
         buf = self._buf
         while True:
             try:
@@ -566,54 +623,86 @@ class Channel:
                 frame.fds = tuple(self._fds.popleft() for _ in range(min(k, len(self._fds))))
                 frame.fd = frame.fds[0] if frame.fds else None
             self._frames.setdefault(frame.id, deque()).append(frame)
+            ready.add(frame.id)
 
     def take(self, id_: int) -> Frame | None:
         """The oldest frame received for ``id_``, if any."""
-        q = self._frames.get(id_)
-        if not q:
-            return None
-        f = q.popleft()
-        if not q:
-            del self._frames[id_]
-        return f
+        with self._read_lock:
+            q = self._frames.get(id_)
+            if not q:
+                return None
+            f = q.popleft()
+            if not q:
+                del self._frames[id_]
+            return f
 
     def wait(self, id_: int, deadline: float | None = None) -> Frame:
         """Block until a frame for ``id_`` arrives (raises SandboxCrashed on EOF)."""
-        while True:
-            f = self.take(id_)
-            if f is not None:
-                return f
-            if self.closed:
-                raise SandboxCrashed("the sandbox's executor exited unexpectedly")
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if timeout == 0.0:
-                raise TimeoutError("no reply from the sandbox's executor")
+        efd = self.wakeup_fd(id_) if self.readers else None  # another thread may take our frame
+        try:
             p = select.poll()
             p.register(self.sock.fileno(), select.POLLIN)
-            if p.poll(None if timeout is None else int(timeout * 1000) + 1):
-                self.pump()
+            if efd is not None:
+                p.register(efd, select.POLLIN)
+            while True:
+                f = self.take(id_)
+                if f is not None:
+                    return f
+                if self.closed:
+                    raise SandboxCrashed("the sandbox's executor exited unexpectedly")
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if timeout == 0.0:
+                    raise TimeoutError("no reply from the sandbox's executor")
+                if p.poll(None if timeout is None else int(timeout * 1000) + 1):
+                    if efd is not None:
+                        _drain_eventfd(efd)
+                    self.pump()
+        finally:
+            if efd is not None:
+                self.unlisten(id_)
+                os.close(efd)
 
     def discard(self, id_: int) -> None:
-        for f in self._frames.pop(id_, ()):
-            if f.fd is not None:
-                os.close(f.fd)
-
-    def clear(self) -> None:
-        """Drop every frame received so far (e.g. exit reports from before a reset)."""
-        self.pump()
-        for q in self._frames.values():
-            for f in q:
+        with self._read_lock:
+            for f in self._frames.pop(id_, ()):
                 if f.fd is not None:
                     os.close(f.fd)
-        self._frames.clear()
+
+    def clear(self, keep: Iterable[int] = ()) -> None:
+        """Drop every frame received so far (e.g. exit reports from before a reset), but those
+        for the ids in ``keep``."""
+        self.pump()
+        with self._read_lock:
+            for i in [i for i in self._frames if i not in keep]:
+                for f in self._frames.pop(i):
+                    if f.fd is not None:
+                        os.close(f.fd)
 
     def close(self) -> None:
-        self.closed = True
-        for q in self._frames.values():
-            for f in q:
-                if f.fd is not None:
-                    os.close(f.fd)
-        self._frames.clear()
-        while self._fds:
-            os.close(self._fds.popleft())
+        with self._read_lock:
+            self.closed = True
+            for q in self._frames.values():
+                for f in q:
+                    if f.fd is not None:
+                        os.close(f.fd)
+            self._frames.clear()
+            while self._fds:
+                os.close(self._fds.popleft())
+            calls = list(self._listeners.values())
         self.sock.close()
+        for fn in calls:
+            fn()
+
+
+def _poke(efd: int) -> None:
+    try:
+        os.eventfd_write(efd, 1)
+    except OSError:  # closed meanwhile (the waiter gave up)
+        pass
+
+
+def _drain_eventfd(efd: int) -> None:
+    try:
+        os.eventfd_read(efd)
+    except BlockingIOError:
+        pass

@@ -100,6 +100,7 @@ static void supervise(pid_t cmd) {
   sigaddset(&set, SIGCHLD);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
   pid_t self = getpid();
   int cmd_status = 0, cmd_done = 0, killing_all = 0;
   for (;;) {
@@ -126,7 +127,10 @@ static void supervise(pid_t cmd) {
     }
     siginfo_t si;
     int sig = sigwaitinfo(&set, &si);
-    if (sig == SIGTERM) {
+    if (sig == SIGUSR2) { /* KILL_SIG: the signal in the value, to the command's process group */
+      int fwd = si.si_value.sival_int;
+      if (!cmd_done && fwd > 0 && fwd < NSIG && kill(-cmd, fwd) < 0) kill(cmd, fwd);
+    } else if (sig == SIGTERM) {
       killing_all = 1;
       sweep(self, -1, 0);
     } else if (sig == SIGUSR1) {
@@ -207,7 +211,7 @@ static void confine_self(void) {
 
 /* C, the command (in S's vfork child: system calls only, no allocation): its descriptors 0-2
  * (want[0..2], else /dev/null) and 3 (status_src), its directory and environment, then execve. */
-static void exec_command(const int *want, int status_src, const char *cwd, char **argv, char **env) {
+static void exec_command(const int *want, int status_src, int tty, const char *cwd, char **argv, char **env) {
   setsid();
   if (opts.landlock) prctl(PR_SET_PDEATHSIG, SIGKILL);
   int devnull = (want[0] < 0 || want[1] < 0 || want[2] < 0) ? open("/dev/null", O_RDWR | O_CLOEXEC) : -1;
@@ -216,6 +220,7 @@ static void exec_command(const int *want, int status_src, const char *cwd, char 
     if (src < 0 || (src == i ? fcntl(i, F_SETFD, 0) : dup2(src, i)) < 0) _exit(126);
   }
   if (status_src >= 0 && dup2(status_src, 3) < 0) _exit(126);
+  if (tty && ioctl(0, TIOCSCTTY, 0) < 0) _exit(126); /* a session leader without one: stdin becomes it */
   /* dispositions are all default (nobody here installs handlers); the
    * mask is not: S blocks the signals it waits for */
   sigset_t none;
@@ -279,6 +284,7 @@ static void run_supervisor(uint32_t id, char *payload, size_t plen, int *fds, in
   sigaddset(&set, SIGCHLD);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
   sigprocmask(SIG_BLOCK, &set, NULL);
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   /* vfork: the child only makes system calls before execve (no allocation) */
@@ -287,7 +293,12 @@ static void run_supervisor(uint32_t id, char *payload, size_t plen, int *fds, in
     dprintf(want[2] >= 0 ? want[2] : 2, "sandboxlite: fork: %s\n", strerror(errno));
     report_exit(126 << 8);
   }
-  if (c == 0) exec_command(want, status_src, cwd, argv_copy, env); /* C: the command */
+  if (c == 0) exec_command(want, status_src, (flags & SP_TTY) != 0, cwd, argv_copy, env); /* C: the command */
+  if (flags & SP_PID) { /* before the exit report: S sends both, in this order */
+    char pidbuf[24];
+    snprintf(pidbuf, sizeof pidbuf, "%d", (int)c);
+    send_str(REP_OK, id, pidbuf);
+  }
   /* S keeps only the control socket */
   if (ctrl > 0) syscall(SYS_close_range, 0, (unsigned)ctrl - 1, 0);
   syscall(SYS_close_range, (unsigned)ctrl + 1, ~0U, 0);
@@ -529,7 +540,8 @@ void do_spawn(uint32_t id, char *payload, size_t plen, int *fds, int nfds) {
 
 /* KILL_ALL: kill the command and everything below it.
  * KILL_DESC " FLOOR": kill what the command started after pid FLOOR, not the
- * command.  Anything else kills it all, as the safe reading. */
+ * command.  KILL_SIG " N": signal N to the command's process group (its supervisor forwards it;
+ * nothing once the command has ended).  Anything else kills it all, as the safe reading. */
 void do_kill(uint32_t id, const char *how) {
   for (size_t i = 0; i < n_children; i++)
     if (children[i].id == id) {
@@ -537,6 +549,10 @@ void do_kill(uint32_t id, const char *how) {
         union sigval v;
         v.sival_int = atoi(how + sizeof KILL_DESC);
         sigqueue(children[i].pid, SIGUSR1, v);
+      } else if (strncmp(how, KILL_SIG " ", sizeof KILL_SIG) == 0) {
+        union sigval v;
+        v.sival_int = atoi(how + sizeof KILL_SIG);
+        if (v.sival_int > 0 && v.sival_int < NSIG) sigqueue(children[i].pid, SIGUSR2, v);
       } else {
         kill(children[i].pid, SIGTERM);
       }

@@ -62,6 +62,11 @@ class CommandIO:
         self._poller.register(chan.fileno(), select.POLLIN)
         for fd in self.open:
             self._poller.register(fd, select.POLLIN)
+        # another thread (a process reactor) may pump the channel and take our frame: then it
+        # pokes an eventfd we poll as well
+        self._wake = chan.wakeup_fd(proc.id) if chan.readers else None
+        if self._wake is not None:
+            self._poller.register(self._wake, select.POLLIN)
         self._pending = memoryview(stdin) if stdin else memoryview(b"")
         if proc.in_w is not None:
             if self._pending:
@@ -70,6 +75,19 @@ class CommandIO:
             elif not keep_stdin:
                 os.close(proc.in_w)
                 proc.in_w = None
+
+    def close(self) -> None:
+        """Stop listening for the command's frames (the pipes are the caller's ``Proc``)."""
+        if self._wake is not None:
+            self.chan.unlisten(self.proc.id)
+            os.close(self._wake)
+            self._wake = None
+
+    def __enter__(self) -> "CommandIO":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def ended(self) -> bool:
@@ -97,6 +115,11 @@ class CommandIO:
             if fd == self.chan.fileno():
                 if not self.chan.pump():
                     raise SandboxCrashed(died, hint="call reset() to start a fresh one")
+            elif fd == self._wake:
+                try:
+                    os.eventfd_read(fd)
+                except BlockingIOError:
+                    pass
             elif fd == self.proc.in_w:
                 self._write_stdin(fd)
             elif fd in self.open:
@@ -142,12 +165,26 @@ class CommandIO:
         return set(self.open)
 
 
-def collect(chan: Channel, proc: Proc, stdin: bytes | None, start: float, deadline: float, cap: int) -> ExecResult:
+def _tee(feed: Callable[[bytes], None], cb: Callable[[bytes], object] | None) -> Callable[[bytes], None]:
+    if cb is None:
+        return feed
+
+    def both(chunk: bytes) -> None:
+        feed(chunk)
+        cb(chunk)
+
+    return both
+
+
+def collect(chan: Channel, proc: Proc, stdin: bytes | None, start: float, deadline: float, cap: int, *,
+            on_stdout: Callable[[bytes], object] | None = None,
+            on_stderr: Callable[[bytes], object] | None = None) -> ExecResult:  # fmt: skip
     """``Sandbox.exec``'s policy: run until the command's main process exits; at the deadline
     kill its whole tree; afterwards take what is in the pipes and let the executor drain the
-    rest (background processes keep writing to them)."""
+    rest (background processes keep writing to them).  ``on_stdout``/``on_stderr`` get every
+    chunk as it is read (all of it, also past the cap), in the calling thread."""
     out, err = OutputBuffer(cap), OutputBuffer(cap)
-    io = CommandIO(chan, proc, {proc.out_r: out.feed, proc.err_r: err.feed}, stdin)
+    io = CommandIO(chan, proc, {proc.out_r: _tee(out.feed, on_stdout), proc.err_r: _tee(err.feed, on_stderr)}, stdin)
     killed_at: float | None = None
     try:
         while not io.take_frames():
@@ -163,6 +200,7 @@ def collect(chan: Channel, proc: Proc, stdin: bytes | None, start: float, deadli
         if still_open:  # background processes still hold them: let the executor drain
             chan.send(Op.SINK, 0, b"", sorted(still_open))
     finally:
+        io.close()
         proc.close()
     duration = time.monotonic() - start
     if io.spawn_errno is not None:

@@ -34,6 +34,7 @@ from ..isolation.bwrap import BwrapInfo, find_bwrap
 from ..isolation.idmap import IdmapCache
 from ..network import egress, netns
 from ..state import snapshot
+from . import lifetime
 
 # The environment variables a Host is detected from.
 ENV_KEYS = (
@@ -218,6 +219,14 @@ class Host:
             if proxy is None or proxy.pid != os.getpid():
                 proxy = self._services["egress"] = egress.EgressProxy()
             return proxy
+
+    def janitor(self) -> "lifetime.Janitor":
+        """What ends this Host's sandboxes at their ttl or idle time (lifetime.py; one per process)."""
+        with self._lock:
+            janitor = self._services.get("janitor")
+            if janitor is None or janitor.pid != os.getpid():
+                janitor = self._services["janitor"] = lifetime.Janitor()
+            return janitor
 
     def snapshot_store(self) -> "snapshot.Store":
         """This Host's snapshot store (``paths.snapshots()``; made on first use)."""

@@ -32,10 +32,12 @@ from ..config import SandboxConfig, base_env, check_env_pair, resolve_path
 from ..errors import ConfigError, RootfsError, SandboxCrashed, SandboxError, SetupError, SnapshotError, file_error
 from ..executor.protocol import (
     MAX_REQUEST_PAYLOAD,
+    SP_PID,
     SP_STATUS,
     SP_STDERR,
     SP_STDIN,
     SP_STDOUT,
+    SP_TTY,
     Channel,
     Op,
     Reply,
@@ -753,10 +755,14 @@ class Jail:
         raise SnapshotError(f"the executor could not copy the sandbox's state: {os.strerror(err)}")
 
     def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              stdin_pipe: bool = False, status_pipe: bool = False) -> Proc:  # fmt: skip
+              stdin_pipe: bool = False, status_pipe: bool = False, tty: int | None = None,
+              report_pid: bool = False) -> Proc:  # fmt: skip
         """Start a command (stdout and stderr piped to us; stdin too when asked).  ``env`` is
         added to the base environment; a relative ``cwd`` starts at the workdir.
-        ``status_pipe``: the command also gets a pipe to us as its fd 3 (``Proc.status_r``)."""
+        ``status_pipe``: the command also gets a pipe to us as its fd 3 (``Proc.status_r``).
+        ``tty``: a terminal's other side (opened in this jail), the command's stdin, stdout, stderr
+        and controlling terminal instead of pipes (the Proc has no pipe ends, -1).
+        ``report_pid``: the executor reports the command's pid (an OK frame) before its exit."""
         chan = self.channel()
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ConfigError("cmd", f"must be a shell string or a non-empty list of strings, got {argv!r}")
@@ -769,7 +775,8 @@ class Jail:
                 check_env_pair(k, v, "env")
                 merged[k] = v
             env_list = [f"{k}={v}" for k, v in merged.items()]
-        flags = SP_STDOUT | SP_STDERR | (SP_STDIN if stdin_pipe else 0) | (SP_STATUS if status_pipe else 0)
+        flags = SP_STDOUT | SP_STDERR | (SP_STDIN if stdin_pipe or tty is not None else 0) | (
+            SP_STATUS if status_pipe else 0) | (SP_TTY if tty is not None else 0) | (SP_PID if report_pid else 0)
         try:  # checked before any pipe exists: nothing to clean up on a bad command
             payload = spawn_payload(flags, cwd, argv, env_list)
         except ValueError as e:  # a NUL byte, or a lone surrogate that UTF-8 cannot carry
@@ -781,6 +788,10 @@ class Jail:
                 f"can be given ({MAX_SPAWN_BYTES} here; execve(2) itself allows a few MiB)",
                 hint="pass big data through stdin or a file (write_file)",
             )
+        if tty is not None:
+            ident = chan.new_id()
+            chan.send(Op.SPAWN, ident, payload, [tty, tty, tty])
+            return Proc(ident, None, -1, -1)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         ours, theirs = [out_r, err_r], [out_w, err_w]

@@ -11,31 +11,32 @@ serialised by ``Sandbox.lock``.  Open several sandboxes for parallelism.
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import socket
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import images
-from ..config import PROXY_PORT, SandboxConfig, check_timeout, image_as_rootfs, resolve_path
-from ..errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError, SandboxFileError
+from ..config import PROXY_PORT, SandboxConfig, check_timeout, image_as_rootfs
+from ..errors import ConfigError, SandboxClosed, SandboxCrashed, SandboxError
 from ..network import egress
 from ..network.ports import PortForwarder
 from ..result import ExecResult
 from ..state import snapshot as snapshot_mod
 from ..state.share import Pool, fork
 from ..state.snapshot import Snapshot
-from . import launch, transfer
+from . import launch, process
 from .cmdio import collect
+from .files import SandboxFiles
 from .host import Host, default_host
+from .process import Process, Reactor
 from .shell import Shell
 
 
-class Sandbox:
+class Sandbox(SandboxFiles):
     """A jail you can run commands and move files in.
 
     >>> with Sandbox() as sb:
@@ -52,12 +53,16 @@ class Sandbox:
     def __init__(self, config: SandboxConfig | None = None, *, host: Host | None = None,
                  snapshot: Snapshot | None = None, **overrides: Any) -> None:  # fmt: skip
         overrides = images.expose_from_image(image_as_rootfs(overrides))  # image="python:3.12-slim": rootfs= by another name
+        lifetime = {k: overrides.pop(k) for k in ("ttl", "idle_timeout") if k in overrides}  # limits.ttl_s, idle_s
         if config is None:
             config = SandboxConfig(**overrides)
         elif overrides:
             config = config.replace(**overrides)
         if not isinstance(config, SandboxConfig):
             raise ConfigError("config", f"expected a SandboxConfig, got {type(config).__name__}")
+        if lifetime:
+            config = config.replace(limits=dataclasses.replace(config.limits, **{
+                {"ttl": "ttl_s", "idle_timeout": "idle_s"}[k]: v for k, v in lifetime.items()}))  # fmt: skip
         self.config = config
         self.lock = threading.RLock()
         self.generation = 0
@@ -66,11 +71,16 @@ class Sandbox:
         self._egress: egress.Tenancy | None = None  # its place at the egress proxy, while served
         self._egress_log: list[egress.Request] = []  # the last episode's log, once no longer served
         self._ports: PortForwarder | None = None  # the host sockets of config.expose
+        self._reactor: Reactor | None = None  # serves spawned processes (process.py), made at the first
         self.host = host if host is not None else default_host()
         if snapshot is not None and not isinstance(snapshot, Snapshot):
             raise ConfigError("snapshot", f"expected a Snapshot (Sandbox.snapshot()), got {type(snapshot).__name__}")
         self._base = snapshot  # what reset() goes back to (None: the image)
+        self._end_note = ""  # why lifetime.py closed it
         self._start()
+        self.started_at = self._active = time.monotonic()
+        if config.limits.ttl_s is not None or config.limits.idle_s is not None:
+            self.host.janitor().watch(self)
         if config.expose:
             try:
                 self._ports = PortForwarder(config.expose, self.connect, name=f"{self.executor_pid}")
@@ -142,6 +152,7 @@ class Sandbox:
             snapshot_mod.let_go(self._base)  # a fork()'s snapshot goes with the last sandbox of it
 
     def _stop(self) -> None:
+        self._end_processes("the sandbox was closed")
         for sh in list(self._shells):
             sh.detach()
         if self._jail is not None:
@@ -162,6 +173,7 @@ class Sandbox:
             if to is not None and to != "image" and not isinstance(to, Snapshot):
                 raise ConfigError("to", f"expected a Snapshot or 'image', got {to!r}")
             base, old = (self._base if to is None else None if to == "image" else to), self._base
+            self._end_processes("the sandbox was reset")
             for sh in list(self._shells):
                 sh.detach()
             jail = self._jail
@@ -238,9 +250,27 @@ class Sandbox:
         """The live jail (what ``Shell`` drives).  SandboxClosed when closed, SandboxCrashed when its executor is gone."""
         jail = self._jail
         if jail is None or jail.closed:
-            raise SandboxClosed()
+            raise SandboxClosed(f"the sandbox was closed: {self._end_note}" if self._end_note else "the sandbox is closed")
         jail.channel()
+        self._active = time.monotonic()  # (every call goes through here: lifetime.py's idle clock)
         return jail
+
+    def _lifetime_due(self) -> float | None:
+        """When lifetime.py should look at this sandbox next (None: never)."""
+        lim = self.config.limits
+        dues = [t for t in (lim.ttl_s and self.started_at + lim.ttl_s, lim.idle_s and self._active + lim.idle_s) if t]
+        return min(dues) if dues and not self.closed else None
+
+    def _lifetime_expired(self) -> str | None:
+        """Why this sandbox should end now (its ttl or idle time passed), or None."""
+        lim, now = self.config.limits, time.monotonic()
+        if lim.ttl_s is not None and now >= self.started_at + lim.ttl_s:
+            return f"its ttl of {lim.ttl_s:g} s passed (limits.ttl_s)"
+        if self.processes:  # a spawned process running is not idle
+            self._active = now
+        if lim.idle_s is not None and now >= self._active + lim.idle_s:
+            return f"it was idle for {lim.idle_s:g} s (limits.idle_s)"
+        return None
 
     @property
     def plan(self):
@@ -322,6 +352,11 @@ class Sandbox:
             "executor_pid": self.executor_pid,
             "bwrap_pid": self.bwrap_pid,
             "generation": self.generation,
+            "processes": [{"pid": p.pid, "argv": p.argv, "age_s": round(time.monotonic() - p.started, 3),
+                           "pty": p.pty} for p in self.processes],
+            "age_s": round(time.monotonic() - self.started_at, 3),
+            "ttl_s": lim.ttl_s,
+            "idle_s": lim.idle_s,
         }  # fmt: skip
 
     # -- commands --------------------------------------------------------------------------------
@@ -333,8 +368,13 @@ class Sandbox:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         stdin: bytes | str | None = None,
+        on_stdout: Callable[[bytes], object] | None = None,
+        on_stderr: Callable[[bytes], object] | None = None,
     ) -> ExecResult:
         """Run one command to completion and return what it did.
+
+        ``on_stdout``/``on_stderr``: called with every chunk of output as it is read (in this
+        thread, all of it, also past the output cap); the result holds the same output.
 
         ``cmd`` is an argv list (run directly, PATH-searched) or a shell string (run by
         ``/bin/sh -c``).  The command finishes when its main process exits; processes it
@@ -353,7 +393,8 @@ class Sandbox:
             start = time.monotonic()
             proc = jail.spawn(argv, cwd=cwd, env=env, stdin_pipe=data is not None)
             try:
-                return collect(jail.chan, proc, data, start, start + timeout, self.config.limits.output_bytes)
+                return collect(jail.chan, proc, data, start, start + timeout, self.config.limits.output_bytes,
+                               on_stdout=on_stdout, on_stderr=on_stderr)  # fmt: skip
             except BaseException:  # Ctrl-C (or any error) while waiting: the command goes too
                 try:
                     jail.kill(proc.id, "all")
@@ -361,91 +402,40 @@ class Sandbox:
                     pass
                 raise
 
+    def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
+              stdin: bool = True, pty: bool | tuple[int, int] = False, timeout: float | None = None) -> Process:
+        """Start a command and return at once with its ``Process`` (process.py): its ``pid``, its
+        output as it comes (``stdout``/``stderr``: iterators of chunks, ``.lines()``), ``write`` to
+        its stdin, ``wait``, ``poll``, ``signal``, ``kill``.  Many may run at once, beside ``exec``;
+        ``reset()`` and ``close()`` end them all.  ``cmd``, ``env``, ``cwd``: as for ``exec``.
+        ``pty``: a terminal (of the sandbox's own) as stdin, stdout and stderr, and the command's
+        controlling terminal: True (24x80) or ``(rows, cols)``; ``resize()`` changes it.
+        ``timeout``: seconds, then it and what it started are killed (exit code 124); none by
+        default.  Each stream keeps up to ``limits.output_bytes`` unread bytes and counts what it
+        dropped beyond that."""
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        with self.lock:
+            return process.spawn(self, argv, cwd=cwd, env=env, stdin=stdin, pty=pty, timeout=timeout,
+                                 cap=self.config.limits.output_bytes)  # fmt: skip
+
+    @property
+    def processes(self) -> list[Process]:
+        """The spawned processes still running (or whose output is still being read)."""
+        return self._reactor.processes() if self._reactor is not None else []
+
+    def _reactor_for(self) -> Reactor:
+        if self._reactor is None or self._reactor.chan is not self.jail.chan:
+            self._reactor = Reactor(self.jail.chan, str(self.executor_pid))
+        return self._reactor
+
+    def _end_processes(self, why: str) -> None:
+        if self._reactor is not None:
+            self._reactor.close() if why.endswith("closed") else self._reactor.end_all(why)
+
     def shell(self, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> Shell:
         """A persistent bash session: cd, variables and functions persist across commands."""
         sh = Shell(self, cwd=cwd, env=env)
         self._shells.add(sh)
         return sh
-
-    # -- files -----------------------------------------------------------------------------------
-    def _abs(self, path: str | os.PathLike, field: str = "path") -> str:
-        return resolve_path(path, self.workdir, field)
-
-    def read_file(
-        self, path: str | os.PathLike, *, max_bytes: int | None = None, offset: int = 0, length: int | None = None
-    ) -> bytes:
-        """The exact bytes of a file inside the sandbox (relative paths start at workdir).
-
-        ``max_bytes`` caps the file, charged on the bytes read (not on its size when opened):
-        EFBIG (a ``SandboxFileError``) when it is bigger, or grows bigger while it is read; at
-        most ``max_bytes`` + 1 bytes are read.  The holes of a sparse file read as zeros and count.
-        ``offset``, ``length``: only the part of at most ``length`` bytes that starts at ``offset``
-        (fewer at the end of the file), to read a big file piece by piece.
-        """
-        for name, value in (("offset", offset), ("length", length)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise ConfigError(name, f"must be a number of bytes >= 0, got {value!r}")
-        p = self._abs(path)
-        with self.lock:
-            fd = self.jail.open(p, transfer.READ_FLAGS)
-        return transfer.read_fd(fd, p, max_bytes, offset, length)
-
-    def write_file(
-        self, path: str | os.PathLike, data: bytes | str, *, mode: int = 0o644, parents: bool = True
-    ) -> None:
-        """Create or replace a file with exactly ``data`` (str is written as UTF-8)."""
-        p = self._abs(path)
-        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        with self.lock:
-            fd = self.jail.open(p, transfer.write_flags(parents), mode)
-        transfer.write_fd(fd, p, raw, mode)
-
-    def is_file(self, path: str | os.PathLike) -> bool:
-        """Whether ``path`` is a regular file inside the sandbox (symlinks followed within its root)."""
-        try:
-            with self.lock:
-                os.close(self.jail.open(self._abs(path), transfer.READ_FLAGS))
-        except SandboxFileError:
-            return False
-        return True
-
-    def mkdir(self, path: str | os.PathLike, *, mode: int = 0o755) -> None:
-        """``mkdir -p`` inside the sandbox."""
-        p = self._abs(path)
-        with self.lock:
-            self.jail.mkdir(p, mode)
-
-    def upload(self, host_path: str | os.PathLike, path: str | os.PathLike) -> None:
-        """Copy a host file or directory tree to ``path`` inside the sandbox.
-
-        Directory trees keep their layout, file modes and symlinks (as links).
-        """
-        dst = self._abs(path)
-        with self.lock:
-            transfer.upload(self.jail, Path(host_path), dst)
-
-    def download(
-        self,
-        path: str | os.PathLike,
-        host_path: str | os.PathLike,
-        *,
-        symlinks: bool = True,
-        max_bytes: int | None = None,
-    ) -> list[str]:
-        """Copy a file or directory tree out of the sandbox to ``host_path``.
-
-        Symlinks are never followed: a link inside the tree is recreated only when it is
-        relative, stays inside the tree (only leading ".." allowed) and ``symlinks`` is true;
-        any other link is left out, and so are directories nested over 128 deep.  With
-        ``max_bytes``, files that would take the total over it are left out: charged on the
-        bytes actually copied (holes included), so a file that grows while it is copied is cut
-        off at the cap and left out, its partial copy removed; at most ``max_bytes`` land on the
-        host.  Holes of sparse files stay holes on the host (SEEK_DATA/SEEK_HOLE): they take no
-        disk, but their length counts.  Returns the sandbox paths that were left out (links,
-        fifos, sockets, devices, files over the cap), so nothing is lost silently; names that
-        are not UTF-8 come surrogate-escaped, as ``os.fsdecode`` gives them.
-        """
-        p = self._abs(path)
-        with self.lock:
-            fd = self.jail.open(p, os.O_RDONLY)
-        return transfer.download(fd, p, Path(host_path), symlinks=symlinks, max_bytes=max_bytes)

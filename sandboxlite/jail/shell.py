@@ -293,62 +293,63 @@ class Shell:
         _discard_ready(proc.status_r)  # a record a command forged for an earlier one (see BOOT)
         sinks = {proc.out_r: out.feed, proc.err_r: err.feed, proc.status_r: status.feed}
         io = CommandIO(jail.chan, proc, sinks, payload, keep_stdin=True)
-        # processes with a higher pid than this belong to this command; on timeout
-        # they are killed and older background jobs are spared
-        floor = jail.last_pid()
-        start = time.monotonic()
-        deadline = start + timeout
-        killed_desc_at: float | None = None
-        killed_all = False
-        while not status.done and not io.take_frames():
-            now = time.monotonic()
-            if now >= deadline and killed_desc_at is None:
-                io.kill(f"desc {floor}")
-                killed_desc_at = now
-            elif killed_desc_at is not None and not killed_all and now - killed_desc_at > STUCK_GRACE_S:
-                io.kill("all")  # bash itself is stuck in a builtin
-                killed_all = True
-            elif killed_all and now - killed_desc_at > STUCK_GRACE_S + 5.0:  # type: ignore[operator]
-                raise SandboxCrashed("a timed-out shell could not be killed within 5 s")
-            io.poll(deadline - now if killed_desc_at is None else 0.05, "the sandbox died during a shell command")
-            if not io.open and not io.ended:
-                # bash closed its streams: it is exiting, its status follows
-                io.status = jail.chan.wait(proc.id, time.monotonic() + 5.0).number()
-        timed_out = killed_desc_at is not None
-        if status.done:  # the command finished and bash reported on it
-            # what the command wrote before bash reported is in the pipes now
-            _drain(proc.out_r, out.feed)
-            _drain(proc.err_r, err.feed)
+        with io:  # (its wakeup, when another thread also reads the channel)
+            # processes with a higher pid than this belong to this command; on timeout
+            # they are killed and older background jobs are spared
+            floor = jail.last_pid()
+            start = time.monotonic()
+            deadline = start + timeout
+            killed_desc_at: float | None = None
+            killed_all = False
+            while not status.done and not io.take_frames():
+                now = time.monotonic()
+                if now >= deadline and killed_desc_at is None:
+                    io.kill(f"desc {floor}")
+                    killed_desc_at = now
+                elif killed_desc_at is not None and not killed_all and now - killed_desc_at > STUCK_GRACE_S:
+                    io.kill("all")  # bash itself is stuck in a builtin
+                    killed_all = True
+                elif killed_all and now - killed_desc_at > STUCK_GRACE_S + 5.0:  # type: ignore[operator]
+                    raise SandboxCrashed("a timed-out shell could not be killed within 5 s")
+                io.poll(deadline - now if killed_desc_at is None else 0.05, "the sandbox died during a shell command")
+                if not io.open and not io.ended:
+                    # bash closed its streams: it is exiting, its status follows
+                    io.status = jail.chan.wait(proc.id, time.monotonic() + 5.0).number()
+            timed_out = killed_desc_at is not None
+            if status.done:  # the command finished and bash reported on it
+                # what the command wrote before bash reported is in the pipes now
+                _drain(proc.out_r, out.feed)
+                _drain(proc.err_r, err.feed)
+                duration = time.monotonic() - start
+                parsed = status.parse()
+                if parsed is None or status.extra:
+                    return self._restart_after(out, err, duration, timed_out, "reported a malformed status")
+                code, self._cwd = parsed
+                note = ""
+                if io.ended:  # ... and then exited: the next command needs a new session
+                    jail.chan.discard(proc.id)
+                    self._close_fds()
+                    self._start()
+                    self.restarts += 1
+                    note = f"the shell session exited after this command; a new session was started in {self._cwd}"
+                return _result(out, err, duration, timed_out, code, 9 if timed_out else None, note)
+            # bash is gone (exit, set -e, killed because it was stuck, or it could not start): restart
+            io.drain()
             duration = time.monotonic() - start
-            parsed = status.parse()
-            if parsed is None or status.extra:
-                return self._restart_after(out, err, duration, timed_out, "reported a malformed status")
-            code, self._cwd = parsed
-            note = ""
-            if io.ended:  # ... and then exited: the next command needs a new session
-                jail.chan.discard(proc.id)
-                self._close_fds()
-                self._start()
-                self.restarts += 1
-                note = f"the shell session exited after this command; a new session was started in {self._cwd}"
-            return _result(out, err, duration, timed_out, code, 9 if timed_out else None, note)
-        # bash is gone (exit, set -e, killed because it was stuck, or it could not start): restart
-        io.drain()
-        duration = time.monotonic() - start
-        if io.status is None:
-            raise SandboxCrashed(f"the shell could not start: {os.strerror(io.spawn_errno or 0)}",
-                                 hint="reset() the sandbox (its process limit may be reached)")  # fmt: skip
-        code, sig = decode_status(io.status)
-        jail.chan.discard(proc.id)
-        self._close_fds()
-        self._start()
-        self.restarts += 1
-        why = "was killed after the timeout" if timed_out else f"exited with status {code}"
-        note = (
-            f"the shell session {why}; a new session was started in {self._cwd} "
-            "(shell variables, functions and background jobs of the old one are gone)"
-        )
-        return _result(out, err, duration, timed_out, code, sig, note)
+            if io.status is None:
+                raise SandboxCrashed(f"the shell could not start: {os.strerror(io.spawn_errno or 0)}",
+                                     hint="reset() the sandbox (its process limit may be reached)")  # fmt: skip
+            code, sig = decode_status(io.status)
+            jail.chan.discard(proc.id)
+            self._close_fds()
+            self._start()
+            self.restarts += 1
+            why = "was killed after the timeout" if timed_out else f"exited with status {code}"
+            note = (
+                f"the shell session {why}; a new session was started in {self._cwd} "
+                "(shell variables, functions and background jobs of the old one are gone)"
+            )
+            return _result(out, err, duration, timed_out, code, sig, note)
 
     def _restart_after(self, out: OutputBuffer, err: OutputBuffer, duration: float, timed_out: bool,
                        why: str) -> ExecResult:  # fmt: skip
