@@ -29,6 +29,7 @@ from .errors import (
     SnapshotError,
 )
 from .jail.aio import AsyncSandbox
+from .jail.files import FileEvent, FileInfo
 from .jail.host import Host
 from .jail.pool import SandboxPool
 from .jail.sandbox import Sandbox
@@ -62,6 +63,8 @@ __all__ = [
     "ExecResult",
     "Shell",
     "Snapshot",
+    "FileInfo",
+    "FileEvent",
     "SandboxError",
     "ConfigError",
     "SetupError",

@@ -102,5 +102,10 @@ def test_wrapping_a_started_sandbox_and_file_calls():
             assert await sb.read_file("/tmp/a.txt") == b"hi"
             assert await sb.is_file("/tmp/a.txt")
             assert (await sb.exec("cat /tmp/a.txt")).stdout == b"hi"
+            await sb.rename("/tmp/a.txt", "/tmp/b.txt")
+            assert [f.name for f in await sb.list("/tmp") if f.name.endswith(".txt")] == ["b.txt"]
+            assert (await sb.stat("/tmp/b.txt")).size == 2
+            await sb.remove("/tmp/b.txt")
+            assert not await sb.is_file("/tmp/b.txt")
 
     run(main())

@@ -15,8 +15,8 @@
  *                  seccomp filter), the zygote Z and its standby supervisors, spawn and kill,
  *                  reaping, every process of a generation killed
  *   generations.c  the filesystem the commands see: a generation built (G), reset
- *   requests.c     the file API in the generation's root (open, mkdir, symlink), loopback
- *                  sockets, the namespace's last pid
+ *   requests.c     the file API in the generation's root (open, mkdir, symlink, stat, list,
+ *                  remove, rename), loopback sockets, the namespace's last pid
  *   sharing.c      fork without a copy: share ('W'), attach ('A'), unused shared layers detached
  *   snapshots.c    snapshots ('P'): every process paused, the writes copied
  *   landlock.c     Landlock mode (landlock=1): the domain, the process tree killed, own= emptied
@@ -30,6 +30,10 @@
  *   'O' REQ_OPEN       do_open       requests.c
  *   'M' REQ_MKDIR      do_mkdir      requests.c
  *   'Y' REQ_SYMLINK    do_symlink    requests.c
+ *   'I' REQ_STAT       do_stat       requests.c
+ *   'G' REQ_LIST       do_list       requests.c
+ *   'V' REQ_REMOVE     do_remove     requests.c
+ *   'N' REQ_RENAME     do_rename     requests.c
  *   'D' REQ_SINK       add_sink      main.c        (for each descriptor attached)
  *   'L' REQ_LAST_PID   do_last_pid   requests.c
  *   'Z' REQ_RESET      do_reset      generations.c
@@ -104,6 +108,21 @@
  *                root: 'F' with the descriptor (empty payload) or 'E'
  *   'M' mkdir    mode, path (mkdir -p): 'R' or 'E'
  *   'Y' symlink  target, path: 'R' or 'E'
+ *   'I' stat     "0" (the link itself) or "1" (links followed in the root), path:
+ *                a stream (below) of one record, or 'E'
+ *   'G' list     MAX_ENTRIES, MAX_BYTES, path (a directory): a stream of a record
+ *                per entry but "." and "..", or 'E' (E2BIG past MAX_ENTRIES
+ *                records, EFBIG past MAX_BYTES of them; also after a part was sent)
+ *                A stream: 'R' frames whose payloads, put end to end, are the
+ *                records, then an empty 'R'.  A record: "T MODE SIZE SEC NSEC UID
+ *                GID" (T one of f d l p s c b ?, MODE the permission bits, the
+ *                times of the last modification, ids as the sandbox sees them),
+ *                NUL, the name (empty for 'I'), NUL, a link's target (else
+ *                empty), NUL.  A record may span frames
+ *   'V' remove   "0" or "1" (recursive), path: the file, link (never what it
+ *                points to) or empty directory; "1" empties a directory first,
+ *                never following a link nor entering another mount: 'R' or 'E'
+ *   'N' rename   source, destination (renameat, EXDEV across mounts): 'R' or 'E'
  *   'D' sink     no payload; the attached pipes are drained and discarded
  *   'L' last pid no payload: 'R' with the namespace's last pid
  *   'Z' reset    the layers (top first; none: the image): every process killed,
@@ -193,6 +212,10 @@ enum request {
   REQ_OPEN = 'O',
   REQ_MKDIR = 'M',
   REQ_SYMLINK = 'Y',
+  REQ_STAT = 'I',
+  REQ_LIST = 'G',
+  REQ_REMOVE = 'V',
+  REQ_RENAME = 'N',
   REQ_SINK = 'D',
   REQ_LAST_PID = 'L',
   REQ_RESET = 'Z',
@@ -388,6 +411,10 @@ int open_in(const char *path, int flags, mode_t mode);
 void do_open(uint32_t id, char *payload, size_t plen);
 void do_mkdir(uint32_t id, char *payload, size_t plen);
 void do_symlink(uint32_t id, char *payload, size_t plen);
+void do_stat(uint32_t id, char *payload, size_t plen);
+void do_list(uint32_t id, char *payload, size_t plen);
+void do_remove(uint32_t id, char *payload, size_t plen);
+void do_rename(uint32_t id, char *payload, size_t plen);
 void do_loopback(uint32_t id, char *payload, size_t plen);
 void do_last_pid(uint32_t id);
 

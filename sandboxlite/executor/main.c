@@ -121,6 +121,18 @@ static int handle_request(int narrow) {
     case REQ_SYMLINK:
       do_symlink(id, payload, plen);
       break;
+    case REQ_STAT:
+      do_stat(id, payload, plen);
+      break;
+    case REQ_LIST:
+      do_list(id, payload, plen);
+      break;
+    case REQ_REMOVE:
+      do_remove(id, payload, plen);
+      break;
+    case REQ_RENAME:
+      do_rename(id, payload, plen);
+      break;
     case REQ_RESET:
       do_reset(id, payload, plen);
       break;

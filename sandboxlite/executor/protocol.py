@@ -21,6 +21,13 @@ KILL      ``kill_payload``, ``signal_payload``   none
 OPEN      ``open_payload``                       FD (no payload) or ERROR
 MKDIR     ``mkdir_payload``                      OK (no payload) or ERROR
 SYMLINK   ``symlink_payload``                    OK (no payload) or ERROR
+STAT      ``stat_payload``                       a stream of one record, or ERROR
+LIST      ``list_payload`` (a directory, caps)   a stream of a record per entry, or
+                                                 ERROR (E2BIG / EFBIG past the caps,
+                                                 maybe after part of the stream)
+REMOVE    ``remove_payload``                     OK (no payload) or ERROR
+RENAME    ``rename_payload``                     OK (no payload) or ERROR (EXDEV
+                                                 across mounts)
 SINK      empty, the pipes to drain attached     none
 LAST_PID  empty                                  OK with the namespace's last pid
 RESET     ``reset_payload`` (snapshot layers)     OK (no payload) or ERROR
@@ -84,6 +91,10 @@ class Op(str, enum.Enum):
     OPEN = "O"
     MKDIR = "M"
     SYMLINK = "Y"
+    STAT = "I"
+    LIST = "G"
+    REMOVE = "V"
+    RENAME = "N"
     SINK = "D"
     LAST_PID = "L"
     RESET = "Z"
@@ -366,6 +377,36 @@ def mkdir_payload(path: str, mode: int = 0o755) -> bytes:
 def symlink_payload(target: str, path: str) -> bytes:
     """SYMLINK: a link at ``path`` (parents made) pointing to ``target``."""
     return strings(target, path)
+
+
+def stat_payload(path: str, follow_symlinks: bool = False) -> bytes:
+    """STAT: what ``path`` is; its last name, when a link, described (or followed within the root).
+
+    The answer is a stream: OK frames whose payloads, end to end, hold the records, then an empty
+    OK.  A record: ``"T MODE SIZE SEC NSEC UID GID"`` (T one of ``f d l p s c b ?``, MODE the
+    permission bits, the time of the last modification, the ids as the sandbox sees them), NUL,
+    the name (empty for STAT), NUL, a link's target (else empty), NUL."""
+    return strings("1" if follow_symlinks else "0", path)
+
+
+def list_payload(path: str, max_entries: int, max_bytes: int) -> bytes:
+    """LIST: a record (``stat_payload``'s) per entry of the directory ``path`` but "." and "..";
+    ERROR E2BIG past ``max_entries`` entries, EFBIG past ``max_bytes`` bytes of records."""
+    for name, value in (("max_entries", max_entries), ("max_bytes", max_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return strings(str(max_entries), str(max_bytes), path)
+
+
+def remove_payload(path: str, recursive: bool = False) -> bytes:
+    """REMOVE: the file, link (never what it points to) or empty directory ``path``; ``recursive``
+    empties a directory first, never following a link nor entering another mount."""
+    return strings("1" if recursive else "0", path)
+
+
+def rename_payload(src: str, dst: str) -> bytes:
+    """RENAME: ``renameat`` of ``src`` to ``dst`` (a link is moved, not followed)."""
+    return strings(src, dst)
 
 
 def loopback_payload(how: str, port: int) -> bytes:

@@ -398,6 +398,18 @@ class AsyncSandbox:
     async def mkdir(self, path, **kw: Any) -> None:
         self.sandbox.mkdir(path, **kw)
 
+    async def list(self, path=".", **kw: Any):
+        return self.sandbox.list(path, **kw)
+
+    async def stat(self, path, **kw: Any):
+        return self.sandbox.stat(path, **kw)
+
+    async def remove(self, path, **kw: Any) -> None:  # (a big tree: the executor's time, not ours)
+        await self._loop.run_in_executor(None, functools.partial(self.sandbox.remove, path, **kw))
+
+    async def rename(self, src, dst) -> None:
+        self.sandbox.rename(src, dst)
+
     async def upload(self, host_path, path) -> None:
         await self._loop.run_in_executor(None, self.sandbox.upload, host_path, path)
 

@@ -46,11 +46,15 @@ from ..executor.protocol import (
     kill_payload,
     loopback_payload,
     mkdir_payload,
+    list_payload,
     open_payload,
+    remove_payload,
+    rename_payload,
     reset_payload,
     share_payload,
     snapshot_payload,
     spawn_payload,
+    stat_payload,
     symlink_payload,
 )
 from ..isolation import containers, landlock
@@ -853,6 +857,67 @@ class Jail:
 
     def symlink(self, target: str, path: str) -> None:
         self._request(Op.SYMLINK, symlink_payload(target, path), path)
+
+    def _stream(self, op: Op, payload: bytes, path: str, max_bytes: int) -> bytes:
+        """The records of a STAT or LIST answer (protocol.py: ``stat_payload``), end to end: OK
+        frames up to an empty one.  More than ``max_bytes`` of them is a broken executor."""
+        chan = self.channel()
+        ident = chan.new_id()
+        chan.send(op, ident, payload)
+        out = bytearray()
+        try:
+            while True:
+                try:  # each frame within the timeout: a big directory takes many
+                    f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
+                except TimeoutError:
+                    raise SandboxCrashed(f"the executor did not answer a file request for {path}") from None
+                if f.type == Reply.ERROR:
+                    raise file_error(f.number(), path)
+                if f.type != Reply.OK:
+                    if f.fd is not None:
+                        for fd in f.fds:
+                            os.close(fd)
+                    raise SandboxCrashed(f"the executor answered a {op.name} of {path} with a {f.type.name} frame")
+                if not f.payload:
+                    return bytes(out)
+                out += f.payload
+                if len(out) > max_bytes:
+                    raise SandboxCrashed(f"the executor sent over {max_bytes} bytes for a {op.name} of {path}")
+        except BaseException:
+            chan.discard(ident)
+            raise
+
+    def stat(self, path: str, follow_symlinks: bool = False) -> bytes:
+        """The STAT record of ``path`` inside the jail (its last name, when a link, described)."""
+        return self._stream(Op.STAT, stat_payload(path, follow_symlinks), path, 16384)
+
+    def listdir(self, path: str, max_entries: int, max_bytes: int) -> bytes:
+        """The LIST records of the directory ``path`` inside the jail; E2BIG past ``max_entries``
+        entries, EFBIG past ``max_bytes`` bytes of records (``SandboxFileError``)."""
+        return self._stream(Op.LIST, list_payload(path, max_entries, max_bytes), path, max_bytes)
+
+    def remove(self, path: str, recursive: bool = False, timeout: float = REQUEST_TIMEOUT_S) -> None:
+        """Remove ``path`` inside the jail (a link itself, never what it points to); ``recursive``:
+        a directory tree, emptied first.  ``timeout``: a big tree takes a while (the executor serves
+        nothing else meanwhile)."""
+        chan = self.channel()
+        ident = chan.new_id()
+        chan.send(Op.REMOVE, ident, remove_payload(path, recursive))
+        try:
+            f = chan.wait(ident, time.monotonic() + timeout)
+        except TimeoutError:
+            raise SandboxCrashed(f"the executor did not finish removing {path} within {timeout:g} s") from None
+        if f.type == Reply.ERROR:
+            raise file_error(f.number(), path)
+        if f.type != Reply.OK:
+            chan.discard(ident)
+            for fd in f.fds:
+                os.close(fd)
+            raise SandboxCrashed(f"the executor answered a removal of {path} with a {f.type.name} frame")
+
+    def rename(self, src: str, dst: str) -> None:
+        """``renameat`` inside the jail (EXDEV across its mounts)."""
+        self._request(Op.RENAME, rename_payload(src, dst), src)
 
     def loopback(self, how: str, port: int) -> socket.socket:
         """A TCP socket on 127.0.0.1:``port`` inside the jail's network namespace, made by its init
