@@ -506,3 +506,15 @@ def test_shell_is_lazy_persistent_and_reopened_after_reset():
         assert bash(t, "echo reset${KEEP}").output == "reset\n[exit code: 0]"
         t.close()
         t.close()  # idempotent
+
+
+def test_view_directory_needs_no_command_and_never_follows_links():
+    """The listing comes from the file API: no find in the image, a link to / listed, not walked."""
+    with Sandbox() as sb, Tools(sb) as t:
+        sb.write_file("/testbed/L/real/inner.txt", "x")
+        sb.exec(["ln", "-s", "/", "/testbed/L/root-link"]).check()
+        sb.exec(["sh", "-c", "printf x > /testbed/L/$(printf 'caf\\351')"]).check()
+        sb.exec(["sh", "-c", "rm -f $(command -v find)"]).check()
+        out = edit(t, command="view", path="/testbed/L")
+        assert out.splitlines()[1:] == ["/testbed/L/", "/testbed/L/caf\\xe9", "/testbed/L/real/",
+                                        "/testbed/L/real/inner.txt", "/testbed/L/root-link"]  # fmt: skip

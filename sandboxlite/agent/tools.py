@@ -262,6 +262,11 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _shown(name: str) -> str:
+    """A file name as text for the model: bytes that are not UTF-8 as \\xNN."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 # -- the tools ------------------------------------------------------------------------------
 class Tools:
     """The three tools of an agent working in ``sandbox``.
@@ -551,28 +556,33 @@ class Tools:
             raise self._file_error(e, path) from None
 
     def _list_directory(self, path: str) -> str:
-        """Files and directories two levels deep, hidden ones (and what is inside them) left out."""
-        find = ["find", "-H", path, "-mindepth", "1", "-maxdepth", "2", "-name", ".*", "-prune", "-o"]
-        r = self.sandbox.exec([*find, "-printf", "%y %p\\0"], timeout=60)
-        entries = []
-        if r.exit_code != 0 and not r.stdout:  # a find without -printf (busybox): names, then directories
-            r = self.sandbox.exec([*find, "-print0"], timeout=60)
-            dirs = set(self.sandbox.exec([*find, "-type", "d", "-print0"], timeout=60).stdout.split(b"\0"))
-            items = [b"d " + n if n in dirs else b"f " + n for n in r.stdout.split(b"\0") if n]
-        else:
-            items = r.stdout.split(b"\0")
-        for item in items:
-            if not item:
+        """Files and directories two levels deep, hidden ones (and what is inside them) left out.
+        Listed by the sandbox's file API (no command runs: any image, even one without find);
+        links are shown, never followed (as find does below its starting point)."""
+        entries, problems = [], []
+        base = path.rstrip("/") or "/"
+
+        def listed(where: str) -> list:
+            try:
+                return self.sandbox.list(where)
+            except SandboxFileError as e:
+                problems.append(f"{where}: {e.strerror or e}")
+                return []
+
+        for top in listed(path):
+            if top.name.startswith("."):
                 continue
-            kind, _, name = item.decode("utf-8", "backslashreplace").partition(" ")  # b"\xff" as \xff
-            entries.append(name + ("/" if kind == "d" else ""))
+            name = f"{base.rstrip('/')}/{_shown(top.name)}"
+            entries.append(name + ("/" if top.is_dir else ""))
+            if top.is_dir:
+                entries += [f"{name}/{_shown(sub.name)}" + ("/" if sub.is_dir else "")
+                            for sub in listed(top.path) if not sub.name.startswith(".")]  # fmt: skip
         entries.sort()
         text = f"Here are the files and directories up to 2 levels deep in {path}, excluding hidden items:\n"
         text += path.rstrip("/") + "/\n"
         text += "".join(f"{e}\n" for e in entries) if entries else "[the directory is empty]\n"
-        if r.exit_code != 0 and r.stderr:
-            why = r.stderr.decode("utf-8", "backslashreplace").strip()[:500]
-            text += f"[some entries could not be listed: {why}]\n"
+        if problems:
+            text += f"[some entries could not be listed: {'; '.join(problems)[:500]}]\n"
         clipped, omitted = clip_middle(text, self.max_output_chars)
         if omitted:
             clipped += f"\n[the listing is long; list a subdirectory, or use execute_bash (ls, find {_quote(path)})]\n"
