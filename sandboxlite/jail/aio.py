@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -186,6 +187,7 @@ class AsyncProcess:
         self._proc = proc
         self._loop = loop
         self._events: list[asyncio.Event] = []
+        self._loop_thread = threading.get_ident()  # (made in the loop: AsyncSandbox.spawn)
         self.stdout = AsyncStream(proc.stdout, self)
         self.stderr = AsyncStream(proc.stderr, self)
         proc._wakers.append(self._wake)
@@ -201,8 +203,14 @@ class AsyncProcess:
 
     def _wake(self) -> None:  # (under the process's condition, in the loop's thread or another)
         events, self._events = self._events, []
-        for e in events:
-            self._loop.call_soon_threadsafe(e.set)
+        if not events:
+            return
+        if threading.get_ident() == self._loop_thread:  # the loop's reactor: no self-pipe round
+            for e in events:
+                e.set()
+        else:
+            for e in events:
+                self._loop.call_soon_threadsafe(e.set)
 
     pid = property(lambda self: self._proc.pid)
     returncode = property(lambda self: self._proc.returncode)

@@ -36,7 +36,9 @@ from ..result import TIMEOUT_EXIT_CODE, ExecResult, decode_status
 if TYPE_CHECKING:
     from .cmdio import Proc
 
-READ_CHUNK = 1 << 16
+READ_CHUNK = 1 << 20  # (a spawned command's pipes hold PIPE_BYTES)
+PIPE_BYTES = 1 << 20  # /proc/sys/fs/pipe-max-size's default
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 KILL_GRACE_S = 5.0  # after a kill, the tree must be gone within this
 RESET_STATUS = signal_mod.SIGKILL  # the wait status of a process ended by reset() or close()
 
@@ -618,6 +620,10 @@ def spawn(sb, argv: list[str], *, cwd: str | None, env, stdin: bool, pty: bool |
     for fd in (proc.out_r, proc.err_r):
         if fd >= 0:
             os.set_blocking(fd, False)
+            try:  # a bigger pipe: fewer, bigger reads for a fast writer (the machine's cap may refuse it)
+                fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+            except OSError:
+                pass
     p = Process(sb, proc, argv, cap, pty_fd=master, timeout=timeout)
     try:
         first = jail.chan.wait(proc.id, time.monotonic() + START_TIMEOUT_S)
