@@ -113,7 +113,7 @@ def throughput(size: int, rounds: int) -> dict:
             assert n == size
             times["host Popen read"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            proc = sb.spawn(cmd)
+            proc = sb.spawn(cmd, lossless=True)
             n = sum(len(c) for c in proc.stdout)
             proc.wait()
             assert n == size and proc.stdout.dropped == 0, (n, proc.stdout.dropped)

@@ -191,7 +191,7 @@ def exec_(rootfs, image, mounts, timeout, network, network_log, envs, workdir, m
         old_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             with Sandbox(config) as sb:
-                proc = sb.spawn(list(command), stdin=stdin is not None, timeout=config.limits.timeout_s)
+                proc = sb.spawn(list(command), stdin=stdin is not None, timeout=config.limits.timeout_s, lossless=True)
                 result = attach.pipe_through(proc, stdin=stdin, stdout=sys.stdout.buffer, stderr=sys.stderr.buffer)
                 dropped = proc.stdout.dropped + proc.stderr.dropped
             requests = sb.network_log()
@@ -250,7 +250,7 @@ def shell_(rootfs, image, mounts, network, envs, workdir, memory_mb, isolation, 
         size = os.terminal_size((80, 24))
     with Sandbox(config) as sb:
         argv = list(command) or (["/bin/bash", "-i"] if sb.is_file("/bin/bash") else ["/bin/sh", "-i"])
-        proc = sb.spawn(argv, env=env, pty=(size.lines, size.columns))
+        proc = sb.spawn(argv, env=env, pty=(size.lines, size.columns), lossless=True)
         result = attach.terminal(proc)
     sys.exit(result.exit_code)
 

@@ -48,6 +48,13 @@ def test_exec_streams_output_as_the_command_prints():
         p.kill()
 
 
+def test_exec_loses_nothing_of_a_big_stream_to_a_slow_reader():
+    cli = " ".join(map(repr, CLI))
+    r = subprocess.run(["sh", "-c", f"{cli} exec -- head -c 30000000 /dev/zero | (sleep 1; wc -c)"],
+                       capture_output=True, timeout=120, env=_env())  # fmt: skip
+    assert r.stdout.strip() == b"30000000" and b"dropped" not in r.stderr, r.stderr
+
+
 def test_exec_into_a_closed_pipe_ends_like_a_pipeline():
     t0 = time.monotonic()
     r = subprocess.run(["sh", "-c", f"{' '.join(map(repr, CLI))} exec -- yes | head -2; echo ${{PIPESTATUS:-}}"],

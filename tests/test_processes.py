@@ -74,6 +74,17 @@ def test_a_reader_keeps_up_so_nothing_is_dropped():
         assert p.wait(timeout=20).exit_code == 0
 
 
+def test_lossless_streams_wait_for_a_reader_that_comes_late():
+    with Sandbox(limits=Limits(output_bytes=4096)) as sb:
+        p = sb.spawn(["sh", "-c", "head -c 5000000 /dev/zero; echo done >&2"], lossless=True)
+        time.sleep(0.5)  # nobody reads yet: the command waits (the default would drop meanwhile)
+        assert p.poll() is None
+        n = sum(len(c) for c in p.stdout)
+        r = p.wait(timeout=20)
+        assert n == 5_000_000 and p.stdout.dropped == 0 and not r.truncated
+        assert r.stderr == b"done\n" and r.exit_code == 0
+
+
 def test_signal_goes_to_the_command_and_kill_takes_its_tree(sb):
     p = sb.spawn(["sleep", "100"])
     p.signal(signal.SIGTERM)

@@ -332,7 +332,7 @@ class AsyncSandbox:
     # -- processes -------------------------------------------------------------------------------
     async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
                     cwd: str | None = None, stdin: bool = True, pty: bool | tuple[int, int] = False,
-                    timeout: float | None = None) -> AsyncProcess:  # fmt: skip
+                    timeout: float | None = None, lossless: bool = False) -> AsyncProcess:  # fmt: skip
         """As ``Sandbox.spawn``; the process is served by this loop."""
         sb = self.sandbox
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
@@ -340,7 +340,8 @@ class AsyncSandbox:
             timeout = check_timeout(timeout)
         with sb.lock:  # (held only while the request goes out and the pid comes back: no await here)
             proc = process_mod.spawn(sb, argv, cwd=cwd, env=env, stdin=stdin, pty=pty, timeout=timeout,
-                                     cap=sb.config.limits.output_bytes, reactor=self._reactor_for())  # fmt: skip
+                                     cap=sb.config.limits.output_bytes, reactor=self._reactor_for(),
+                                     lossless=lossless)  # fmt: skip
         aproc = AsyncProcess(proc, self._loop)
         self._procs[proc.id] = aproc
         proc._wakers.append(lambda: proc.ended_at is not None and self._procs.pop(proc.id, None))
@@ -353,7 +354,7 @@ class AsyncSandbox:
         """As ``Sandbox.exec``: run to completion (timeout as there), without blocking the loop."""
         timeout = check_timeout(self.sandbox.config.limits.timeout_s if timeout is None else timeout)
         data = stdin.encode("utf-8", "surrogateescape") if isinstance(stdin, str) else stdin
-        proc = await self.spawn(cmd, env=env, cwd=cwd, stdin=data is not None, timeout=timeout)
+        proc = await self.spawn(cmd, env=env, cwd=cwd, stdin=data is not None, timeout=timeout, lossless=True)
         cap = self.sandbox.config.limits.output_bytes
         outs = await asyncio.gather(
             self._collect(proc.stdout, on_stdout, cap),

@@ -598,7 +598,7 @@ def open_terminal(jail, size: tuple[int, int]) -> tuple[int, int]:
 
 
 def spawn(sb, argv: list[str], *, cwd: str | None, env, stdin: bool, pty: bool | tuple[int, int],
-          timeout: float | None, cap: int, reactor: Reactor | None = None) -> Process:  # fmt: skip
+          timeout: float | None, cap: int, reactor: Reactor | None = None, lossless: bool = False) -> Process:  # fmt: skip
     """``Sandbox.spawn`` (under its lock): start the command, learn its pid, hand it to the reactor
     (``reactor``, else the sandbox's thread)."""
     jail = sb.jail
@@ -625,6 +625,7 @@ def spawn(sb, argv: list[str], *, cwd: str | None, env, stdin: bool, pty: bool |
             except OSError:
                 pass
     p = Process(sb, proc, argv, cap, pty_fd=master, timeout=timeout)
+    p.stdout.reading = p.stderr.reading = lossless  # (before the reactor sees them)
     try:
         first = jail.chan.wait(proc.id, time.monotonic() + START_TIMEOUT_S)
     except TimeoutError:

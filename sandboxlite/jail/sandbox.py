@@ -403,7 +403,8 @@ class Sandbox(SandboxFiles):
                 raise
 
     def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
-              stdin: bool = True, pty: bool | tuple[int, int] = False, timeout: float | None = None) -> Process:
+              stdin: bool = True, pty: bool | tuple[int, int] = False, timeout: float | None = None,
+              lossless: bool = False) -> Process:
         """Start a command and return at once with its ``Process`` (process.py): its ``pid``, its
         output as it comes (``stdout``/``stderr``: iterators of chunks, ``.lines()``), ``write`` to
         its stdin, ``wait``, ``poll``, ``signal``, ``kill``.  Many may run at once, beside ``exec``;
@@ -411,14 +412,16 @@ class Sandbox(SandboxFiles):
         ``pty``: a terminal (of the sandbox's own) as stdin, stdout and stderr, and the command's
         controlling terminal: True (24x80) or ``(rows, cols)``; ``resize()`` changes it.
         ``timeout``: seconds, then it and what it started are killed (exit code 124); none by
-        default.  Each stream keeps up to ``limits.output_bytes`` unread bytes and counts what it
-        dropped beyond that."""
+        default.  Each stream keeps up to ``limits.output_bytes`` unread bytes: until you first read
+        it, what comes beyond that is dropped and counted (``stream.dropped``), so an unread log
+        never stalls a server; once read from, or from the start with ``lossless=True``, a full
+        stream makes the command wait for its reader, as a pipe does, and nothing is lost."""
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if timeout is not None:
             timeout = check_timeout(timeout)
         with self.lock:
             return process.spawn(self, argv, cwd=cwd, env=env, stdin=stdin, pty=pty, timeout=timeout,
-                                 cap=self.config.limits.output_bytes)  # fmt: skip
+                                 cap=self.config.limits.output_bytes, lossless=lossless)  # fmt: skip
 
     @property
     def processes(self) -> list[Process]:
