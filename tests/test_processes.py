@@ -256,3 +256,20 @@ def _read_until(p, marker: bytes, timeout: float = 10.0) -> bytes:
         assert left > 0, f"no {marker!r} in {out!r}"
         out += p.stdout.read(timeout=left)
     return out
+
+
+def test_a_sandbox_dropped_with_processes_running_is_still_closed():
+    import gc
+
+    import psutil
+
+    sb = Sandbox()
+    p = sb.spawn(["sleep", "300"])
+    pid = sb.executor_pid
+    del sb
+    gc.collect()
+    assert p.wait(timeout=10).exit_code == 137
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

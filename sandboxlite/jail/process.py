@@ -156,7 +156,8 @@ class Process:
 
     def __init__(self, sandbox, proc: "Proc", argv: list[str], cap: int, *, pty_fd: int | None = None,
                  timeout: float | None = None) -> None:  # fmt: skip
-        self._sb = sandbox
+        # (no reference to the sandbox: one dropped with its processes running is still closed by
+        # its __del__, which ends them; keep the sandbox while you use its processes)
         self._chan: Channel = sandbox.jail.chan
         self._proc = proc
         self.id = proc.id
