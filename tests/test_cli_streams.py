@@ -34,18 +34,18 @@ def test_exec_passes_stdin_through():
 
 
 def test_exec_streams_output_as_the_command_prints():
-    p = subprocess.Popen(CLI + ["exec", "--", "sh", "-c", "echo first; sleep 2; echo second; exit 9"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())  # fmt: skip
-    try:
-        first = p.stdout.readline()
-        t_first = time.monotonic()
-        second = p.stdout.readline()
-        t_second = time.monotonic()
-        assert (first, second) == (b"first\n", b"second\n")
-        assert t_second - t_first > 1.5  # the first line came before the command ended
-        assert p.wait(60) == 9
-    finally:
-        p.kill()
+    with subprocess.Popen(CLI + ["exec", "--", "sh", "-c", "echo first; sleep 2; echo second; exit 9"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()) as p:  # fmt: skip
+        try:
+            first = p.stdout.readline()
+            t_first = time.monotonic()
+            second = p.stdout.readline()
+            t_second = time.monotonic()
+            assert (first, second) == (b"first\n", b"second\n")
+            assert t_second - t_first > 1.5  # the first line came before the command ended
+            assert p.wait(60) == 9
+        finally:
+            p.kill()
 
 
 def test_exec_loses_nothing_of_a_big_stream_to_a_slow_reader():
@@ -65,19 +65,23 @@ def test_exec_into_a_closed_pipe_ends_like_a_pipeline():
 
 def test_exec_interrupted_exits_130_and_143_and_leaves_nothing():
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-        p = subprocess.Popen(CLI + ["exec", "--", "sh", "-c", "echo up; sleep 300"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())  # fmt: skip
-        try:
-            assert p.stdout.readline() == b"up\n"
-            kids = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
-            assert kids
-            p.send_signal(sig)
-            assert p.wait(60) == code
-            assert b"interrupted" in p.stderr.read()
-            time.sleep(0.5)
-            assert not [k for k in kids if psutil.pid_exists(k) and psutil.Process(k).status() != "zombie"]
-        finally:
-            p.kill()
+        with subprocess.Popen(CLI + ["exec", "--", "sh", "-c", "echo up; sleep 300"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()) as p:  # fmt: skip
+            _interrupt(p, sig, code)
+
+
+def _interrupt(p: subprocess.Popen, sig: int, code: int) -> None:
+    try:
+        assert p.stdout.readline() == b"up\n"
+        kids = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
+        assert kids
+        p.send_signal(sig)
+        assert p.wait(60) == code
+        assert b"interrupted" in p.stderr.read()
+        time.sleep(0.5)
+        assert not [k for k in kids if psutil.pid_exists(k) and psutil.Process(k).status() != "zombie"]
+    finally:
+        p.kill()
 
 
 @pytest.fixture

@@ -327,7 +327,10 @@ def default_host() -> Host:
     key = (os.geteuid(), *map(_env_get, _ENV_KEYS_B))
     with _default_lock:
         if _default is None or _default[0] != key:
-            _default = (key, Host.detect())
+            old, _default = _default, (key, Host.detect())
+            if old is not None and old[1].cgroup_allocator is not None:
+                # the replaced Host's spare cgroups go now, not at exit (its sandboxes keep theirs)
+                old[1].cgroup_allocator.close()
         return _default[1]
 
 
