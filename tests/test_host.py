@@ -78,3 +78,15 @@ def test_the_default_host_follows_the_environment(monkeypatch):
     b = default_host()
     assert b is not a
     monkeypatch.delenv("SANDBOXLITE_NETNS_POOL")
+
+
+def test_a_replaced_default_host_gives_back_its_spare_cgroups(monkeypatch):
+    first = default_host()
+    assert first.cgroup_allocator is not None, "this machine offers no cgroups to test with"
+    with Sandbox() as sb:
+        sb.exec(["true"])
+    assert first.cgroup_allocator._free  # its group kept for reuse
+    monkeypatch.setenv("PATH", os.environ["PATH"] + ":/nonexistent-sandboxlite-test")
+    second = default_host()
+    assert second is not first
+    assert first.cgroup_allocator._free == []  # given back now, not at exit
