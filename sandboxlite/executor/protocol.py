@@ -610,8 +610,8 @@ class Channel:
             ready: set[int] = set()
             try:
                 alive = self._pump(ready)
-            finally:
-                calls = list(self._listeners.values()) if self.closed else [
+            finally:  # (no listeners: the usual case, one reader)
+                calls = [] if not self._listeners else list(self._listeners.values()) if self.closed else [
                     self._listeners[i] for i in ready if i in self._listeners]
         for fn in calls:
             fn()

@@ -32,7 +32,7 @@ from ..config import check_timeout
 from ..errors import CommandTimeout
 from ..result import ExecResult
 from . import process as process_mod
-from .process import Process, Reactor, Stream, read_chunk
+from .process import LineSplitter, Process, Reactor, Stream, read_chunk
 from .sandbox import Sandbox
 
 
@@ -164,20 +164,15 @@ class AsyncStream:
                 return
             yield chunk
 
-    async def lines(self, encoding: str = "utf-8", errors: str = "replace") -> AsyncIterator[str]:
-        """Text lines as they complete (without their newline)."""
-        import codecs
-
-        decoder = codecs.getincrementaldecoder(encoding)(errors)
-        pending = ""
+    async def lines(self, encoding: str = "utf-8", errors: str = "replace",
+                    keepends: bool = False) -> AsyncIterator[str]:  # fmt: skip
+        """Text lines as they complete (the last one also without a newline)."""
+        split = LineSplitter(encoding, errors, keepends)
         async for chunk in self:
-            pending += decoder.decode(chunk)
-            *done, pending = pending.split("\n")
-            for line in done:
+            for line in split.feed(chunk):
                 yield line
-        pending += decoder.decode(b"", final=True)
-        if pending:
-            yield pending
+        for line in split.end():
+            yield line
 
 
 class AsyncProcess:

@@ -29,6 +29,7 @@ lacks inotify, ``watch`` raises ``SandboxError`` saying so.  Changes are seen wh
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -38,6 +39,7 @@ import stat as _stat
 import struct
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +133,18 @@ def _records(raw: bytes, where: str) -> list[tuple[str, str, int, int, float, st
         out.append((os.fsdecode(name), kind, size, mode, sec + nsec / 1e9,
                     os.fsdecode(target) if kind == "symlink" else None, uid, gid))  # fmt: skip
     return out
+
+
+@contextlib.contextmanager
+def _explained(path: str, why: dict[int, str]) -> Iterator[None]:
+    """A SandboxFileError whose errno ``why`` explains comes out with that message instead."""
+    try:
+        yield
+    except SandboxFileError as e:
+        message = why.get(e.errno or 0)
+        if message is None:
+            raise
+        raise file_error(e.errno, path, message) from None
 
 
 class SandboxFiles:
@@ -229,17 +243,13 @@ class SandboxFiles:
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 0:
             raise ConfigError("max_entries", f"must be a number of entries >= 0, got {max_entries!r}")
         p = _norm(self._abs(path))
-        try:
-            with self.lock:
-                raw = self.jail.listdir(p, max_entries, LIST_MAX_BYTES)
-        except SandboxFileError as e:
-            if e.errno == errno.E2BIG:
-                raise file_error(e.errno, p, f"the directory has more than max_entries={max_entries} entries. "
-                                 "Hint: list a subdirectory, pass a larger max_entries, or exec('ls ...')") from None
-            if e.errno == errno.EFBIG:
-                raise file_error(e.errno, p, f"the directory's names and link targets take over {LIST_MAX_BYTES} "
-                                 "bytes. Hint: list a subdirectory, or exec('ls ...')") from None
-            raise
+        with _explained(p, {
+            errno.E2BIG: f"the directory has more than max_entries={max_entries} entries. "
+                         "Hint: list a subdirectory, pass a larger max_entries, or exec('ls ...')",
+            errno.EFBIG: f"the directory's names and link targets take over {LIST_MAX_BYTES} bytes. "
+                         "Hint: list a subdirectory, or exec('ls ...')",
+        }), self.lock:  # fmt: skip
+            raw = self.jail.listdir(p, max_entries, LIST_MAX_BYTES)
         infos = [FileInfo(name, posixpath.join(p, name), kind, size, mode, mtime, target, uid, gid)
                  for name, kind, size, mode, mtime, target, uid, gid in _records(raw, p)]  # fmt: skip
         if any(not i.name for i in infos):
@@ -278,18 +288,12 @@ class SandboxFiles:
         before anything in it is removed."""
         p = _norm(self._abs(path))
         self._refuse_vital(p, "remove", "path")
-        try:
-            with self.lock:
-                self.jail.remove(p, bool(recursive), REMOVE_TIMEOUT_S)
-        except SandboxFileError as e:
-            why = {
-                errno.ENOTEMPTY: "directory not empty. Hint: remove(path, recursive=True) removes a tree",
-                errno.EBUSY: "a mount point (the path, or one inside the tree) cannot be removed",
-                errno.ELOOP: "the tree is nested too deep to remove (over 128 levels)",
-            }.get(e.errno or 0)
-            if why is None:
-                raise
-            raise file_error(e.errno, p, why) from None
+        with _explained(p, {
+            errno.ENOTEMPTY: "directory not empty. Hint: remove(path, recursive=True) removes a tree",
+            errno.EBUSY: "a mount point (the path, or one inside the tree) cannot be removed",
+            errno.ELOOP: "the tree is nested too deep to remove (over 128 levels)",
+        }), self.lock:  # fmt: skip
+            self.jail.remove(p, bool(recursive), REMOVE_TIMEOUT_S)
 
     def rename(self, src: str | os.PathLike, dst: str | os.PathLike) -> None:
         """Rename ``src`` to ``dst`` inside the sandbox (``dst`` replaced as ``os.rename`` does; a
@@ -298,17 +302,13 @@ class SandboxFiles:
         are refused (ConfigError)."""
         s, d = _norm(self._abs(src, "src")), _norm(self._abs(dst, "dst"))
         self._refuse_vital(s, "rename", "src")
-        try:
-            with self.lock:
-                self.jail.rename(s, d)
-        except SandboxFileError as e:
-            if e.errno == errno.EXDEV:
-                raise file_error(e.errno, s, f"cannot rename to {d}: not on the same mount inside the sandbox "
-                                 "(e.g. /tmp and the workdir). Hint: copy (read_file/write_file) and remove") from None
-            if e.errno == errno.ENOENT:
-                raise file_error(e.errno, s, f"no such file or directory (renaming {s} to {d}: the source, "
-                                 "or the destination's directory, is missing)") from None
-            raise
+        with _explained(s, {
+            errno.EXDEV: f"cannot rename to {d}: not on the same mount inside the sandbox (e.g. /tmp and the "
+                         "workdir). Hint: copy (read_file/write_file) and remove",
+            errno.ENOENT: f"no such file or directory (renaming {s} to {d}: the source, or the destination's "
+                          "directory, is missing)",
+        }), self.lock:  # fmt: skip
+            self.jail.rename(s, d)
 
     def watch(self, path: str | os.PathLike = ".", *, recursive: bool = False,
               timeout: float | None = None) -> FileWatch:  # fmt: skip

@@ -832,14 +832,15 @@ class Jail:
         f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
         return f.number(0) if f.type == Reply.OK else 0
 
-    def _request(self, op: Op, payload: bytes, path: str, fds: Sequence[int] = ()):
+    def _request(self, op: Op, payload: bytes, path: str, fds: Sequence[int] = (),
+                 timeout: float = REQUEST_TIMEOUT_S):  # fmt: skip
         chan = self.channel()
         ident = chan.new_id()
         chan.send(op, ident, payload, tuple(fds))
         try:
-            f = chan.wait(ident, time.monotonic() + REQUEST_TIMEOUT_S)
+            f = chan.wait(ident, time.monotonic() + timeout)
         except TimeoutError:
-            raise SandboxCrashed(f"the executor did not answer a file request for {path}") from None
+            raise SandboxCrashed(f"the executor did not answer a file request for {path} within {timeout:g} s") from None
         if f.type == Reply.ERROR:
             raise file_error(f.number(), path)
         return f
@@ -900,17 +901,8 @@ class Jail:
         """Remove ``path`` inside the jail (a link itself, never what it points to); ``recursive``:
         a directory tree, emptied first.  ``timeout``: a big tree takes a while (the executor serves
         nothing else meanwhile)."""
-        chan = self.channel()
-        ident = chan.new_id()
-        chan.send(Op.REMOVE, ident, remove_payload(path, recursive))
-        try:
-            f = chan.wait(ident, time.monotonic() + timeout)
-        except TimeoutError:
-            raise SandboxCrashed(f"the executor did not finish removing {path} within {timeout:g} s") from None
-        if f.type == Reply.ERROR:
-            raise file_error(f.number(), path)
+        f = self._request(Op.REMOVE, remove_payload(path, recursive), path, timeout=timeout)
         if f.type != Reply.OK:
-            chan.discard(ident)
             for fd in f.fds:
                 os.close(fd)
             raise SandboxCrashed(f"the executor answered a removal of {path} with a {f.type.name} frame")

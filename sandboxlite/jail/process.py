@@ -133,16 +133,37 @@ class Stream:
 
     def lines(self, encoding: str = "utf-8", errors: str = "replace", keepends: bool = False) -> Iterator[str]:
         """Text lines as they complete (the last one also without a newline)."""
-        decoder = codecs.getincrementaldecoder(encoding)(errors)
-        pending = ""
+        split = LineSplitter(encoding, errors, keepends)
         for chunk in self:
-            pending += decoder.decode(chunk)
-            *done, pending = pending.split("\n")
-            for line in done:
-                yield line + "\n" if keepends else line
-        pending += decoder.decode(b"", final=True)
-        if pending:
-            yield pending
+            yield from split.feed(chunk)
+        yield from split.end()
+
+
+class LineSplitter:
+    """Chunks of bytes in, complete text lines out (a character or a line cut between chunks is
+    joined; a long line is kept in parts, never re-split)."""
+
+    def __init__(self, encoding: str = "utf-8", errors: str = "replace", keepends: bool = False) -> None:
+        self._decoder = codecs.getincrementaldecoder(encoding)(errors)
+        self._parts: list[str] = []
+        self._keepends = keepends
+
+    def feed(self, chunk: bytes) -> list[str]:
+        text = self._decoder.decode(chunk)
+        if "\n" not in text:
+            if text:
+                self._parts.append(text)
+            return []
+        *done, rest = text.split("\n")
+        done[0] = "".join(self._parts) + done[0]
+        self._parts = [rest] if rest else []
+        return [line + "\n" for line in done] if self._keepends else done
+
+    def end(self) -> list[str]:
+        """The last line, when the stream did not end with a newline."""
+        last = "".join(self._parts) + self._decoder.decode(b"", final=True)
+        self._parts = []
+        return [last] if last else []
 
 
 class Process:
@@ -439,7 +460,7 @@ class Reactor:
                     p._finish(status=RESET_STATUS, note=note)
 
     def close(self) -> None:
-        self.end_all("the sandbox was closed")
+        """Release the wakeup descriptor (after ``end_all``)."""
         try:
             os.close(self._wake)
         except OSError:

@@ -152,7 +152,7 @@ class Sandbox(SandboxFiles):
             snapshot_mod.let_go(self._base)  # a fork()'s snapshot goes with the last sandbox of it
 
     def _stop(self) -> None:
-        self._end_processes("the sandbox was closed")
+        self._end_processes("the sandbox was closed", closing=True)
         for sh in list(self._shells):
             sh.detach()
         if self._jail is not None:
@@ -433,9 +433,11 @@ class Sandbox(SandboxFiles):
             self._reactor = Reactor(self.jail.chan, str(self.executor_pid))
         return self._reactor
 
-    def _end_processes(self, why: str) -> None:
+    def _end_processes(self, why: str, closing: bool = False) -> None:
         if self._reactor is not None:
-            self._reactor.close() if why.endswith("closed") else self._reactor.end_all(why)
+            self._reactor.end_all(why)
+            if closing:
+                self._reactor.close()
 
     def shell(self, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> Shell:
         """A persistent bash session: cd, variables and functions persist across commands."""
