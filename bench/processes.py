@@ -15,6 +15,10 @@
                 time to spawn all, to answer all; threads and RSS of this process before and after
     async       64 sandboxes x 4 streams (``AsyncSandbox``, one event loop): wall time, threads,
                 RSS; the same 256 streams by threads (one ``spawn`` reactor per sandbox) for scale
+    rl          64 concurrent ``SandboxEnv`` episodes (10 bash steps, one of them ``sleep 0.2``, then
+                submit) on a pool of 64: each step in a worker thread of a 64-thread pool (how
+                ``step_async`` ran before: baseline) against ``step_async`` on the loop (tool calls
+                awaited, one worker for the episode ends); wall time, steps/s, peak threads
 
 Ratios are medians against the baseline of the same run.  JSON: ``bench/results/processes-<time>.json``.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import subprocess
@@ -217,6 +222,67 @@ def async_streams(sandboxes: int, streams: int, lines: int) -> dict:
     return res
 
 
+def rl_steps(episodes: int, steps: int) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sandboxlite import SandboxPool
+    from sandboxlite.rl import SandboxEnv
+
+    task = {"id": "t", "query": "q", "metadata": {"answer": "x"}}
+
+    def action(cmd: str, name: str = "execute_bash") -> dict:
+        args = json.dumps({"command": cmd} if name == "execute_bash" else {})
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": name, "arguments": args}}]}  # fmt: skip
+
+    plan = [action("sleep 0.2" if k == 0 else f"echo {k}") for k in range(steps)] + [action("", "submit")]
+
+    async def episode(pool, executor, threaded: bool) -> int:
+        env = SandboxEnv(pool=pool)
+        loop = asyncio.get_running_loop()
+        try:
+            await env.reset_async(options={"task": task}, executor=executor)
+            for a in plan:
+                if threaded:
+                    await loop.run_in_executor(executor, env.step, a)
+                else:
+                    await env.step_async(a, executor=executor)
+            return len(plan)
+        finally:
+            await loop.run_in_executor(executor, env.close)
+
+    async def run(pool, threaded: bool) -> dict:
+        peak = threading.active_count()
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, threading.active_count())
+                await asyncio.sleep(0.01)
+
+        with ThreadPoolExecutor(max_workers=episodes if threaded else 1) as executor:
+            w = asyncio.create_task(watch())
+            t = time.perf_counter()
+            n = sum(await asyncio.gather(*(episode(pool, executor, threaded) for _ in range(episodes))))
+            wall = time.perf_counter() - t
+            w.cancel()
+        return {"wall_s": wall, "steps_per_s": n / wall, "peak_threads": peak}
+
+    with SandboxPool(size=episodes, rootfs="host") as pool:
+        asyncio.run(run(pool, True))  # warm-up: every sandbox's shell and files once
+        threads0 = threading.active_count()
+        rounds = {"thread per step": [], "step_async": []}
+        for _ in range(3):  # interleaved
+            rounds["thread per step"].append(asyncio.run(run(pool, True)))
+            rounds["step_async"].append(asyncio.run(run(pool, False)))
+    out: dict = {"episodes": episodes, "steps_each": len(plan), "threads_before": threads0}
+    for k, rs in rounds.items():
+        rs.sort(key=lambda r: r["wall_s"])
+        out[k] = rs[len(rs) // 2] | {"walls": [r["wall_s"] for r in rs]}
+    out["step_async"]["ratio"] = out["step_async"]["wall_s"] / out["thread per step"]["wall_s"]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
@@ -248,6 +314,13 @@ def main() -> int:
           f"{a['streams_s']:.2f} s; threads {a['threads_before']} -> {a['threads_streaming']} while streaming; RSS "
           f"{a['rss_mb_before']} -> {a['rss_mb_streaming']} MB; with threads instead: {a['sync_streams_s']:.2f} s, "
           f"{a['sync_threads_streaming']} threads")  # fmt: skip
+    doc["rl"] = r = rl_steps(8 if opts.quick else 64, 10)
+    print(f"  {r['episodes']} RL episodes x {r['steps_each']} steps (median of 3, interleaved; threads before: "
+          f"{r['threads_before']})")
+    for k in ("thread per step", "step_async"):
+        v = r[k]
+        ratio = f"  x{v['ratio']:.2f} wall" if "ratio" in v else ""
+        print(f"    {k:16} {v['wall_s']:6.2f} s  {v['steps_per_s']:7.0f} steps/s  peak threads {v['peak_threads']}{ratio}")
     path = opts.json or HERE / "results" / f"processes-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_json(doc, path)
     print(f"JSON: {path}")

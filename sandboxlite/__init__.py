@@ -28,7 +28,7 @@ from .errors import (
     SetupError,
     SnapshotError,
 )
-from .jail.aio import AsyncSandbox
+from .jail.aio import AsyncSandbox, AsyncShell
 from .jail.files import FileEvent, FileInfo
 from .jail.host import Host
 from .jail.pool import SandboxPool
@@ -54,6 +54,7 @@ def __getattr__(name: str):  # the agent layer (and openai) load only when asked
 __all__ = [
     "Sandbox",
     "AsyncSandbox",
+    "AsyncShell",
     "Process",
     "SandboxPool",
     "Host",

@@ -26,4 +26,7 @@ def test_quick_run_writes_every_section(tmp_path):
     assert doc["many"]["processes"] == 20 and doc["many"]["threads_running"] >= doc["many"]["threads_before"]
     a = doc["async"]
     assert a["streams"] == 32 and a["threads_streaming"] <= a["threads_after_create"]
+    rl = doc["rl"]
+    assert rl["episodes"] == 8 and rl["steps_each"] == 11 and rl["step_async"]["ratio"] > 0
+    assert rl["step_async"]["peak_threads"] < rl["thread per step"]["peak_threads"]  # no thread per step
     assert "first write -> reader" in r.stdout and "JSON:" in r.stdout

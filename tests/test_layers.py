@@ -201,7 +201,7 @@ def test_old_import_paths_work_as_users_wrote_them():
 
 def test_the_public_api_is_unchanged():
     assert sorted(sandboxlite.__all__) == sorted([
-        "Sandbox", "AsyncSandbox", "Process", "FileInfo", "FileEvent", "SandboxPool", "Host", "SandboxConfig", "Limits", "Mount", "ExecResult", "Shell", "Snapshot",
+        "Sandbox", "AsyncSandbox", "AsyncShell", "Process", "FileInfo", "FileEvent", "SandboxPool", "Host", "SandboxConfig", "Limits", "Mount", "ExecResult", "Shell", "Snapshot",
         "SandboxError", "ConfigError", "SetupError", "RootfsError", "SandboxClosed", "SandboxCrashed",
         "CommandTimeout", "CommandFailed", "SandboxFileError", "SnapshotError", "__version__", "run_task",
         "RunResult", "ExitReason", "Task", "FakeModel", "OpenAIModel"])  # fmt: skip

@@ -14,7 +14,10 @@ from sandboxlite.errors import ConfigError, SandboxClosed, SandboxCrashed
 def _gone(pid: int, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:  # (also when it went between a look and the next)
             return True
         time.sleep(0.02)
     return False

@@ -341,6 +341,55 @@ def test_async_reset_and_step_share_a_pool_of_one():
     assert ticks >= 10
 
 
+def test_async_steps_take_no_thread_per_step():
+    """16 episodes' commands overlap on a single worker thread: step_async awaits the tool calls in
+    the loop (with a thread per step they would run one after another: 16 x 0.4 s)."""
+
+    async def episode(pool, executor, i):
+        env = SandboxEnv(pool=pool)
+        try:
+            await env.reset_async(options={"task": SUM}, executor=executor)
+            obs, *_ = await env.step_async(bash(f"sleep 0.4; echo {i}; cd /tmp"), executor=executor)
+            obs2, *_ = await env.step_async(bash("pwd"), executor=executor)  # the same session
+            _o, _r, terminated, _t, info = await env.step_async(SUBMIT, executor=executor)
+            return obs[0]["content"], obs2[0]["content"], terminated, info["reason"]
+        finally:
+            env.close()
+
+    async def main():
+        from concurrent.futures import ThreadPoolExecutor
+
+        with SandboxPool(size=16, rootfs="host") as pool, ThreadPoolExecutor(max_workers=1) as executor:
+            t0 = time.monotonic()
+            outs = await asyncio.gather(*(episode(pool, executor, i) for i in range(16)))
+            return outs, time.monotonic() - t0, pool.in_use
+
+    outs, wall, in_use = asyncio.run(main())
+    assert [o[0] for o in outs] == [f"{i}\n[exit code: 0]" for i in range(16)] and in_use == 0
+    assert all(o[1] == "/tmp\n[exit code: 0]" and o[2] for o in outs)
+    assert wall < 4.0, wall  # one after the other: 6.4 s and more
+
+
+def test_a_cancelled_async_step_leaves_the_env_usable(pool):
+    async def main():
+        env = SandboxEnv(pool=pool)
+        try:
+            await env.reset_async(options={"task": SUM})
+            await env.step_async(bash("cd /tmp"))
+            task = asyncio.create_task(env.step_async(bash("sleep 30")))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            obs, *_ = await env.step_async(bash("pwd; echo next"))
+            return obs[0]["content"]
+        finally:
+            env.close()
+
+    out = asyncio.run(main())
+    assert out.startswith("/tmp\nnext\n[exit code: 0]") and "interrupted" in out, out
+
+
 # -- check_env --------------------------------------------------------------------------------------------
 def test_check_env_passes_for_sandbox_env(pool):
     report = check_env(SandboxEnv(pool=pool), SUM)

@@ -163,26 +163,68 @@ class Agent:
         Other exceptions (KeyboardInterrupt, one from ``on_step``) propagate, the run unfinished.
         RuntimeError before ``start`` or after the run ended.
         """
-        if not self.messages or self.outcome is not None:
-            raise RuntimeError("Agent.step: no run in progress; call start(system, instance) first")
-        n = len(self.steps)
+        n = self._open_step()
         try:
             self._check_limits()
-            self._turn()
+            turn = self._ask()
+            if turn is not None:
+                step, reply = turn
+                t1 = time.monotonic()
+                results = [self._call(c) for c in reply.tool_calls]  # every call is answered, in order
+                self._answer_calls(step, reply, results, time.monotonic() - t1)
             self._check_limits()
             outcome = None
-        except Submitted as e:
-            outcome = Outcome(ExitReason.SUBMITTED, e.message)
-        except LimitsExceeded as e:
-            outcome = Outcome(ExitReason(e.reason), e.message)
-        except ModelError as e:
-            outcome = Outcome(ExitReason.MODEL_ERROR, e.message, e)
-        except SandboxError as e:  # the jail failed under the tools
-            outcome = Outcome(ExitReason.SANDBOX_ERROR, str(e), e)
+        except _ENDINGS as e:
+            outcome = _outcome_of(e)
+        return self._close_step(n, outcome)
+
+    async def astep(self) -> StepOutcome:
+        """``step`` for asyncio: the tool calls are awaited (``tools.acall``: no thread for a
+        command); the model is asked inline, so give it a model that does not block (the RL
+        environment's action feed), or run ``step`` in a thread."""
+        n = self._open_step()
+        try:
+            self._check_limits()
+            turn = self._ask()
+            if turn is not None:
+                step, reply = turn
+                t1 = time.monotonic()
+                results = [await self._acall(c) for c in reply.tool_calls]
+                self._answer_calls(step, reply, results, time.monotonic() - t1)
+            self._check_limits()
+            outcome = None
+        except _ENDINGS as e:
+            outcome = _outcome_of(e)
+        return self._close_step(n, outcome)
+
+    def _open_step(self) -> int:
+        if not self.messages or self.outcome is not None:
+            raise RuntimeError("Agent.step: no run in progress; call start(system, instance) first")
+        return len(self.steps)
+
+    def _close_step(self, n: int, outcome: Outcome | None) -> StepOutcome:
         self.outcome = outcome
         return StepOutcome(self.steps[-1] if len(self.steps) > n else None, outcome)
 
-    def _turn(self) -> None:
+    def _call(self, call: Any) -> Any:
+        """One tool call's result, or the ``ToolError`` that answers it."""
+        try:
+            return self.tools.call(call.name, call.arguments)
+        except ToolError as e:
+            return e
+
+    async def _acall(self, call: Any) -> Any:
+        acall = getattr(self.tools, "acall", None)  # (tools without it: called inline)
+        if acall is None:
+            return self._call(call)
+        try:
+            return await acall(call.name, call.arguments)
+        except ToolError as e:
+            return e
+
+    def _ask(self) -> tuple[Step, Any] | None:
+        """Ask the model; the step and its reply when the reply has tool calls to run, else None
+        (the turn was answered here: a format error, or a plain answer)."""
         t0 = time.monotonic()
         tools = self.tools.schemas()
         try:
@@ -194,34 +236,38 @@ class Agent:
                 step = self._record(reply, time.monotonic() - t0, tools)
                 self.messages.append(step.assistant)
                 self.steps.append(step)
-            return self._format_error(e.message, time.monotonic() - t0, step)
+            self._format_error(e.message, time.monotonic() - t0, step)
+            return None
         step = self._record(reply, time.monotonic() - t0, tools)
         self.messages.append(step.assistant)
         if not reply.tool_calls:
             answer = THINK_RE.sub("", reply.content or "").strip() if self.plain_answers else ""
             if answer and "```" not in answer:
-                return self._plain_answer(step, answer)
+                self._plain_answer(step, answer)
+                return None
             self.steps.append(step)
             why = NO_COMMAND_BLOCK if answer else no_tool_call(self._paths().answer_file)
-            return self._format_error(why, 0.0, step)
+            self._format_error(why, 0.0, step)
+            return None
         self.format_errors = 0
+        return step, reply
+
+    def _answer_calls(self, step: Step, reply: Any, results: list[Any], tools_s: float) -> None:
+        """Record each call's result (or ``ToolError``), answer the model, and end the run when a
+        call submitted or the turn repeats the last ones (``Submitted``, ``LimitsExceeded``)."""
         submitted = False
-        t1 = time.monotonic()
-        outputs = []
-        for call in reply.tool_calls:  # every call is answered, in order
-            try:
-                result = self.tools.call(call.name, call.arguments)
+        for call, result in zip(reply.tool_calls, results):
+            if isinstance(result, ToolError):
+                text, data = f"Error: {result.message}", {"error": result.message}
+            else:
                 text, data = result.output, dict(result.data)
                 if result.submitted and self._send_back_submit(data):
                     text = no_answer_file(self._paths().answer_file)
                 else:
                     submitted = submitted or result.submitted
-            except ToolError as e:
-                text, data = f"Error: {e.message}", {"error": e.message}
-            outputs.append(text)
             step.observations.append({"tool": call.name, "call_id": call.id, "arguments": call.arguments,
                                       "output": text, "data": data})  # fmt: skip
-        step.tools_s = time.monotonic() - t1
+        step.tools_s = tools_s
         self._fit_outputs(step, reply)
         stuck = not submitted and self._count_repeat(step)
         if stuck is None:  # the last repetition allowed: answered, with a nudge
@@ -407,6 +453,20 @@ class Agent:
 
 
 CLIP_WHY = "dropped to fit the model's context"
+
+
+_ENDINGS = (Submitted, LimitsExceeded, ModelError, SandboxError)
+
+
+def _outcome_of(e: Exception) -> Outcome:
+    """How a run ends, from the exception that ended its step."""
+    if isinstance(e, Submitted):
+        return Outcome(ExitReason.SUBMITTED, e.message)
+    if isinstance(e, LimitsExceeded):
+        return Outcome(ExitReason(e.reason), e.message)
+    if isinstance(e, ModelError):
+        return Outcome(ExitReason.MODEL_ERROR, e.message, e)
+    return Outcome(ExitReason.SANDBOX_ERROR, str(e), e)  # the jail failed under the tools
 
 
 def _canonical(arguments: str) -> str:

@@ -14,6 +14,7 @@ newline, backslashes and text like ``-e`` or ``$HOME`` all survive an edit.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import errno
 import json
@@ -25,6 +26,7 @@ from ..errors import ConfigError, SandboxError, SandboxFileError, ToolError
 from .paths import DEFAULT_PATHS, Paths
 
 if TYPE_CHECKING:
+    from ..jail.aio import AsyncShell
     from ..jail.sandbox import Sandbox
     from ..jail.shell import Shell
     from ..result import ExecResult
@@ -299,6 +301,7 @@ class Tools:
         self.max_view_chars = int(max_view_chars)
         self._shell: Shell | None = None
         self._shell_generation = -1
+        self._ashell: AsyncShell | None = None  # the same session, driven by an event loop (acall)
         self._paths = paths  # None: the sandbox's, in the default layout
 
     def __enter__(self) -> "Tools":
@@ -367,19 +370,48 @@ class Tools:
 
     def execute_bash(self, command: str, timeout: float | None = None) -> ToolResult:
         """Run ``command`` in the persistent shell and describe what it did."""
-        if not command.strip():
-            raise ToolError("execute_bash: command is empty; send the shell command to run")
-        if "\0" in command:
-            raise ToolError("execute_bash: command contains a NUL character; remove it")
-        if timeout is None:
-            timeout = self.bash_timeout
-        elif timeout <= 0:
-            raise ToolError(f"execute_bash: argument 'timeout' must be a positive number of seconds, got {timeout!r}")
+        timeout = self._bash_timeout(command, timeout)
         shell = self._get_shell()
         try:
             r = shell.run(command, timeout=timeout)
         except ConfigError as e:
             raise ToolError(f"execute_bash: {e.message}") from None
+        return self._bash_result(r, shell, timeout)
+
+    async def acall(self, name: str, arguments: dict | str | None = None) -> ToolResult:
+        """``call`` for asyncio: execute_bash's command is driven by the running loop (no thread,
+        ``AsyncShell``; the same session as ``call``'s); the editor's and submit's work (a file
+        request or two to the executor, or nothing) is done inline."""
+        if name != "execute_bash":
+            return self.call(name, arguments)
+        args = _parse_arguments(name, arguments)
+        timeout = self._bash_timeout(args["command"], args.get("timeout"))
+        loop = asyncio.get_running_loop()
+        shell = self._get_shell()
+        ashell = self._ashell
+        if ashell is None or ashell.shell is not shell or ashell.loop is not loop:
+            from ..jail.aio import AsyncSandbox, AsyncShell
+
+            ashell = self._ashell = AsyncShell(shell, AsyncSandbox(self.sandbox, loop=loop))
+        try:
+            r = await ashell.run(args["command"], timeout=timeout)
+        except ConfigError as e:
+            raise ToolError(f"execute_bash: {e.message}") from None
+        return self._bash_result(r, shell, timeout)
+
+    def _bash_timeout(self, command: str, timeout: float | None) -> float:
+        """execute_bash's checks on its arguments; the timeout to use."""
+        if not command.strip():
+            raise ToolError("execute_bash: command is empty; send the shell command to run")
+        if "\0" in command:
+            raise ToolError("execute_bash: command contains a NUL character; remove it")
+        if timeout is None:
+            return self.bash_timeout
+        if timeout <= 0:
+            raise ToolError(f"execute_bash: argument 'timeout' must be a positive number of seconds, got {timeout!r}")
+        return timeout
+
+    def _bash_result(self, r: ExecResult, shell: "Shell", timeout: float) -> ToolResult:
         text, clipped = self._format_bash(r, timeout)
         data = {
             "exit_code": r.exit_code,

@@ -68,7 +68,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..errors import SandboxCrashed
 
@@ -532,6 +532,7 @@ class Channel:
         self._read_lock = threading.RLock()
         self._listeners: dict[int, Callable[[], None]] = {}
         self.readers = 0  # other readers besides the caller at hand (process reactors, event loops)
+        self.loop_reactor: Any = None  # the event loop's reactor serving this channel (jail/aio.py)
 
     def fileno(self) -> int:
         return self.sock.fileno()

@@ -29,11 +29,13 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import check_timeout
-from ..errors import CommandTimeout
+from ..errors import CommandTimeout, SandboxCrashed
 from ..result import ExecResult
 from . import process as process_mod
+from .cmdio import READ_CHUNK, CommandIO, Proc
 from .process import LineSplitter, Process, Reactor, Stream, read_chunk
 from .sandbox import Sandbox
+from .shell import Shell
 
 
 class AsyncReactor(Reactor):
@@ -44,15 +46,33 @@ class AsyncReactor(Reactor):
         super().__init__(chan, name)
         self.loop = loop
         self._watching_chan = False
+        self._holds = 0  # shell commands (AsyncShell.run) that need the channel watched
         self._fds: dict[int, Process] = {}
 
-    def add(self, proc: Process) -> None:
-        with self._lock:
-            self._procs[proc.id] = proc
+    def _watch_chan(self) -> None:
         if not self._watching_chan:
             self.loop.add_reader(self.chan.fileno(), self._on_chan)
             self.chan.readers += 1
             self._watching_chan = True
+
+    def hold(self) -> None:
+        """Keep the channel watched (pumped by the loop) until ``release()``: a shell command's
+        frames come through it."""
+        self._holds += 1
+        self._watch_chan()
+
+    def release(self) -> None:
+        self._holds -= 1
+        self._maybe_idle()
+
+    @property
+    def busy(self) -> bool:
+        return self._watching_chan or bool(self._procs)
+
+    def add(self, proc: Process) -> None:
+        with self._lock:
+            self._procs[proc.id] = proc
+        self._watch_chan()
         for fd, stream in list(proc._outs.items()):
             self._fds[fd] = proc
             self.loop.add_reader(fd, self._on_out, fd)
@@ -107,7 +127,7 @@ class AsyncReactor(Reactor):
 
     def _maybe_idle(self) -> None:
         with self._lock:
-            idle = not self._procs
+            idle = not self._procs and self._holds <= 0
         if idle and self._watching_chan:
             self.loop.remove_reader(self.chan.fileno())
             self.chan.readers -= 1
@@ -118,6 +138,141 @@ class AsyncReactor(Reactor):
             self._unwatch(fd)
         super().end_all(note)
         self._maybe_idle()
+
+
+class AsyncCommandIO(CommandIO):
+    """``CommandIO`` for an event loop: the command's pipes are the loop's readers (each chunk
+    goes to its sink as it comes), its frames come through the loop's ``AsyncReactor`` (which
+    pumps the channel meanwhile), and a round (``poll``) is awaited."""
+
+    def __init__(self, chan, proc: Proc, sinks: dict[int, Callable[[bytes], None]], stdin: bytes | None = None,
+                 keep_stdin: bool = False, *, reactor: AsyncReactor) -> None:  # fmt: skip
+        # (not CommandIO.__init__: no poll object, no eventfd; the same state otherwise)
+        self.chan, self.proc, self.sinks, self.keep_stdin = chan, proc, sinks, keep_stdin
+        self.status: int | None = None
+        self.spawn_errno: int | None = None
+        self.open = set(sinks)
+        self._wake = None
+        self._pending = memoryview(stdin) if stdin else memoryview(b"")
+        self._loop, self._reactor = reactor.loop, reactor
+        self._thread = threading.get_ident()
+        self._ready = False  # something happened since the last round
+        self._waiter: asyncio.Future | None = None
+        self._writing: int | None = None
+        reactor.hold()
+        self._held = True
+        for fd in self.open:
+            self._loop.add_reader(fd, self._on_read, fd)
+        if proc.in_w is not None:
+            if self._pending:
+                os.set_blocking(proc.in_w, False)
+                self._writing = proc.in_w
+                self._loop.add_writer(proc.in_w, self._write_stdin, proc.in_w)
+            elif not keep_stdin:
+                os.close(proc.in_w)
+                proc.in_w = None
+        chan.listen(proc.id, self._on_frame)
+
+    def _note(self) -> None:
+        self._ready = True
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _on_frame(self) -> None:  # (in whichever thread pumps the channel)
+        if threading.get_ident() == self._thread:
+            self._note()
+        else:
+            self._loop.call_soon_threadsafe(self._note)
+
+    def _on_read(self, fd: int) -> None:
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        if chunk:
+            self.sinks[fd](chunk)
+        else:
+            self._unwatch(fd)
+            self.open.discard(fd)
+        self._note()
+
+    def _unwatch(self, fd: int) -> None:
+        if fd == self._writing:
+            self._writing = None
+            self._loop.remove_writer(fd)
+        else:
+            self._loop.remove_reader(fd)
+
+    async def poll(self, timeout_s: float, died: str) -> None:  # type: ignore[override]
+        """One round: wait (without blocking the loop) up to ``timeout_s`` for the next chunk,
+        frame or end of file, unless one came since the last round."""
+        if not self._ready and timeout_s > 0:
+            w = self._waiter = self._loop.create_future()
+            timer = self._loop.call_later(timeout_s, lambda: w.done() or w.set_result(None))
+            try:
+                await w
+            finally:
+                timer.cancel()
+                self._waiter = None
+        self._ready = False
+        if self.chan.closed and not self.take_frames():
+            raise SandboxCrashed(died, hint="call reset() to start a fresh one")
+        self.take_frames()
+
+    def close(self) -> None:
+        """Stop watching (before the pipes are closed: a number reused by the next command's
+        pipes must not meet a stale registration); again: nothing."""
+        if not self._held:
+            return
+        self._held = False
+        self.chan.unlisten(self.proc.id)
+        for fd in list(self.open):
+            self._loop.remove_reader(fd)
+        if self._writing is not None:
+            self._unwatch(self._writing)
+        self._reactor.release()
+
+
+class AsyncShell:
+    """A persistent shell session (``Shell``) whose commands the event loop drives: ``await
+    run(command, timeout=)`` costs no thread.  From ``AsyncSandbox.shell()``.  The session is the
+    same object as ``shell`` (sync ``run`` works on it too, one command at a time)."""
+
+    def __init__(self, shell: Shell, sandbox: "AsyncSandbox") -> None:
+        self.shell = shell
+        self._asb = sandbox
+        self.loop = sandbox._loop
+
+    cwd = property(lambda self: self.shell.cwd)
+    restarts = property(lambda self: self.shell.restarts)
+
+    def close(self) -> None:
+        self.shell.close()
+
+    async def run(self, command: str, *, timeout: float | None = None) -> ExecResult:
+        """As ``Shell.run``.  The sandbox's lock is held by the loop's thread for the command,
+        so other threads wait for it as they do for a ``Shell.run``; a second command on this
+        session meanwhile is a RuntimeError (open another shell)."""
+        sh = self.shell
+        payload, timeout = sh._prepare(command, timeout)
+        with sh._sb.lock:
+            sh._check_open()
+            make_io = functools.partial(AsyncCommandIO, reactor=self._asb._reactor_for())
+            sh.busy = True
+            steps = sh._steps(payload, timeout, make_io)
+            try:
+                wait = next(steps)
+                while True:
+                    await sh._io.poll(wait, "the sandbox died during a shell command")  # type: ignore[union-attr]
+                    wait = steps.send(None)
+            except StopIteration as done:
+                return sh._noted(done.value)
+            except BaseException:
+                sh._interrupted(steps)
+                raise
+            finally:
+                sh._ended(steps)
 
 
 class AsyncStream:
@@ -312,17 +467,32 @@ class AsyncSandbox:
         await self._loop.run_in_executor(None, self.sandbox.reset, to)
 
     def _end(self, why: str) -> None:
-        if self._reactor is not None:
-            self._reactor.end_all(why)
-            self._reactor.close()
+        r = self._reactor
+        if r is not None:
+            r.end_all(why)
+            r.close()
+            if r.chan.loop_reactor is r:
+                r.chan.loop_reactor = None
             self._reactor = None
         self._procs.clear()
 
     def _reactor_for(self) -> AsyncReactor:
+        """The loop's reactor for the sandbox's current channel: one per channel, shared by every
+        ``AsyncSandbox`` of the sandbox (two would each take the channel's descriptor from the
+        other's ``add_reader``)."""
         chan = self.sandbox.jail.chan
-        if self._reactor is None or self._reactor.chan is not chan:
-            self._reactor = AsyncReactor(chan, str(self.sandbox.executor_pid), self._loop)
-        return self._reactor
+        r = chan.loop_reactor
+        if r is None or r.loop is not self._loop:
+            if r is not None and r.busy and not r.loop.is_closed():
+                raise RuntimeError("this sandbox's processes are served by another event loop; use the "
+                                   "sandbox from one loop at a time (or the blocking Sandbox API from threads)")
+            r = chan.loop_reactor = AsyncReactor(chan, str(self.sandbox.executor_pid), self._loop)
+        self._reactor = r
+        return r
+
+    def shell(self, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> AsyncShell:
+        """A persistent shell session (``Sandbox.shell``) whose commands this loop drives."""
+        return AsyncShell(self.sandbox.shell(cwd=cwd, env=env), self)
 
     # -- processes -------------------------------------------------------------------------------
     async def spawn(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,

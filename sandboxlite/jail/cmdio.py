@@ -130,9 +130,13 @@ class CommandIO:
                 if chunk:
                     self.sinks[fd](chunk)
                 else:
-                    self._poller.unregister(fd)
+                    self._unwatch(fd)
                     self.open.discard(fd)
         self.take_frames()
+
+    def _unwatch(self, fd: int) -> None:
+        """Stop waiting on ``fd`` (at its end of file, or stdin written)."""
+        self._poller.unregister(fd)
 
     def _write_stdin(self, fd: int) -> None:
         try:
@@ -143,7 +147,7 @@ class CommandIO:
         except OSError:  # the command closed its stdin (EPIPE)
             self._pending = memoryview(b"")
         if not self._pending:
-            self._poller.unregister(fd)
+            self._unwatch(fd)
             if not self.keep_stdin:
                 os.close(fd)
                 self.proc.in_w = None

@@ -436,6 +436,8 @@ class Reactor:
             return list(self._procs.values())
 
     def poke(self) -> None:
+        if self._wake < 0:  # closed
+            return
         try:
             os.eventfd_write(self._wake, 1)
         except OSError:
@@ -460,11 +462,10 @@ class Reactor:
                     p._finish(status=RESET_STATUS, note=note)
 
     def close(self) -> None:
-        """Release the wakeup descriptor (after ``end_all``)."""
-        try:
-            os.close(self._wake)
-        except OSError:
-            pass
+        """Release the wakeup descriptor (after ``end_all``); again: nothing."""
+        fd, self._wake = self._wake, -1
+        if fd >= 0:
+            os.close(fd)
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self, stop: threading.Event) -> None:

@@ -22,7 +22,7 @@ import dataclasses
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import Any, Protocol
 
 from ..config import check_timeout
@@ -178,6 +178,8 @@ class Shell:
         self._proc: Proc | None = None
         self._generation = sandbox.generation
         self.restarts = 0
+        self.busy = False  # a command is running
+        self._io: CommandIO | None = None  # the running command's I/O
         self._pending_note = ""
         self.dialect = choose_dialect(sandbox.is_file)
         self._start()
@@ -196,6 +198,8 @@ class Shell:
             os.set_blocking(fd, False)
 
     def _close_fds(self) -> None:
+        if self._io is not None:  # (its watch on the pipes first)
+            self._io.close()
         if self._proc is not None:
             self._proc.close()
             self._proc = None
@@ -236,6 +240,38 @@ class Shell:
     # -- commands --------------------------------------------------------------------------------
     def run(self, command: str, *, timeout: float | None = None) -> ExecResult:
         """Run one command in the session and return its output and exit code."""
+        payload, timeout = self._prepare(command, timeout)
+        with self._sb.lock:
+            self._check_open()
+            self.busy = True
+            steps = self._steps(payload, timeout, CommandIO)
+            try:
+                wait = next(steps)
+                while True:  # each round: wait up to what the policy asks, serve what is ready
+                    self._io.poll(wait, "the sandbox died during a shell command")  # type: ignore[union-attr]
+                    wait = steps.send(None)
+            except StopIteration as done:
+                return self._noted(done.value)
+            except BaseException:
+                self._interrupted(steps)
+                raise
+            finally:
+                self._ended(steps)
+
+    def _interrupted(self, steps: Generator) -> None:
+        """The command was interrupted (Ctrl-C, a cancelled task, the sandbox failing): bash's
+        output is out of step with us now; end this session and start a fresh one in the same
+        directory."""
+        steps.close()
+        self._abandon()
+
+    def _ended(self, steps: Generator) -> None:
+        steps.close()
+        self.busy = False
+        self._io = None
+
+    def _prepare(self, command: str, timeout: float | None) -> tuple[bytes, float]:
+        """The command as the dialect frames it, and its timeout (checked); ConfigError if unusable."""
         if not isinstance(command, str):
             raise ConfigError("command", f"must be a string, got {type(command).__name__}")
         if "\0" in command:
@@ -244,25 +280,25 @@ class Shell:
             payload = self.dialect.frame(command.encode("utf-8", "surrogateescape"))
         except UnicodeEncodeError as e:
             raise ConfigError("command", f"is not valid text: {e.reason} at position {e.start}") from None
-        timeout = check_timeout(self._sb.config.limits.timeout_s if timeout is None else timeout)
-        with self._sb.lock:
-            if self._sb.closed:
-                raise SandboxClosed()
-            if self._sb.generation != self._generation:
-                raise SandboxClosed("this shell belonged to the sandbox before reset()", hint="open a new sandbox.shell()")
-            if self._proc is None:
-                raise SandboxClosed("this shell is closed", hint="open a new one with sandbox.shell()")
-            try:
-                result = self._run(payload, timeout)
-            except BaseException:
-                # interrupted mid-command (Ctrl-C): bash's output is out of step with us now;
-                # end this session and start a fresh one in the same directory
-                self._abandon()
-                raise
-            if self._pending_note:
-                result = dataclasses.replace(result, note=(self._pending_note + " " + result.note).strip())
-                self._pending_note = ""
-            return result
+        return payload, check_timeout(self._sb.config.limits.timeout_s if timeout is None else timeout)
+
+    def _check_open(self) -> None:
+        """SandboxClosed unless the session can take a command now (called with the lock held)."""
+        if self._sb.closed:
+            raise SandboxClosed()
+        if self._sb.generation != self._generation:
+            raise SandboxClosed("this shell belonged to the sandbox before reset()", hint="open a new sandbox.shell()")
+        if self._proc is None:
+            raise SandboxClosed("this shell is closed", hint="open a new one with sandbox.shell()")
+        if self.busy:  # (an event loop's other task: the lock is the thread's, not the task's)
+            raise RuntimeError("this shell is already running a command; a session runs one at a time "
+                               "(open another with sandbox.shell())")  # fmt: skip
+
+    def _noted(self, result: ExecResult) -> ExecResult:
+        if self._pending_note:
+            result = dataclasses.replace(result, note=(self._pending_note + " " + result.note).strip())
+            self._pending_note = ""
+        return result
 
     def _abandon(self) -> None:
         proc = self._proc
@@ -284,7 +320,11 @@ class Shell:
         except SandboxError:
             pass  # the sandbox itself is gone; run() will say so
 
-    def _run(self, payload: bytes, timeout: float) -> ExecResult:
+    def _steps(self, payload: bytes, timeout: float, make_io) -> Generator[float, None, ExecResult]:
+        """One command's policy, apart from how it waits (sans-I/O): yields how long the caller
+        may wait before the next round, and the caller (``run``, or ``AsyncShell.run`` on an event
+        loop) serves what became ready in ``self._io``, made by ``make_io(chan, proc, sinks,
+        payload, keep_stdin=True)`` (``CommandIO`` or its asyncio twin); returns the result."""
         jail = self._sb.jail
         assert self._proc is not None and self._proc.status_r is not None
         proc = self._proc
@@ -292,7 +332,7 @@ class Shell:
         out, err, status = OutputBuffer(cap), OutputBuffer(cap), _Status()
         _discard_ready(proc.status_r)  # a record a command forged for an earlier one (see BOOT)
         sinks = {proc.out_r: out.feed, proc.err_r: err.feed, proc.status_r: status.feed}
-        io = CommandIO(jail.chan, proc, sinks, payload, keep_stdin=True)
+        io = self._io = make_io(jail.chan, proc, sinks, payload, keep_stdin=True)
         with io:  # (its wakeup, when another thread also reads the channel)
             # processes with a higher pid than this belong to this command; on timeout
             # they are killed and older background jobs are spared
@@ -311,10 +351,15 @@ class Shell:
                     killed_all = True
                 elif killed_all and now - killed_desc_at > STUCK_GRACE_S + 5.0:  # type: ignore[operator]
                     raise SandboxCrashed("a timed-out shell could not be killed within 5 s")
-                io.poll(deadline - now if killed_desc_at is None else 0.05, "the sandbox died during a shell command")
+                yield deadline - now if killed_desc_at is None else 0.05
                 if not io.open and not io.ended:
                     # bash closed its streams: it is exiting, its status follows
-                    io.status = jail.chan.wait(proc.id, time.monotonic() + 5.0).number()
+                    gone = time.monotonic() + 5.0
+                    while not io.take_frames():
+                        if time.monotonic() >= gone:
+                            raise SandboxCrashed("the shell closed its output but did not exit within 5 s",
+                                                 hint="reset() the sandbox")  # fmt: skip
+                        yield 0.05
             timed_out = killed_desc_at is not None
             if status.done:  # the command finished and bash reported on it
                 # what the command wrote before bash reported is in the pipes now

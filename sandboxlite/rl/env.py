@@ -198,6 +198,7 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         self.observation_space = MessagesSpace()
         self.action_space = AssistantActionSpace()
         self._lock = threading.RLock()
+        self._stepping = False  # a step_async is awaiting its tool calls
         self._sb: Sandbox | None = None
         self._episode: _Episode | None = None
         self._episodes = 0
@@ -383,61 +384,100 @@ class SandboxEnv(_EnvBase):  # type: ignore[misc, valid-type]
         when the sandbox failed).
         """
         with self._lock:
-            ep = self._episode
-            if self._closed:
-                raise SandboxClosed("this SandboxEnv is closed")
-            if ep is None or ep.done:
-                raise ResetNeeded("no running episode: call reset() first (the last one has ended)")
-            t0 = time.perf_counter()
-            agent = ep.agent
-            n_messages = len(agent.messages)
-            ep.steps += 1
-            ep.feed.action, ep.feed.id_prefix = action, f"call_{ep.steps}"
+            ep, n_messages, t0 = self._step_begin(action)
             try:
-                result = agent.step()  # done on the turn that submits or reaches a limit
+                result = ep.agent.step()  # done on the turn that submits or reaches a limit
             finally:
                 ep.feed.action = None
-            outcome, record = result.outcome, result.step
-            terminated = outcome is not None and outcome.reason is ExitReason.SUBMITTED
-            truncated = outcome is not None and not terminated
-            new = agent.messages[n_messages:]
-            if record is not None:
-                assistant = record.assistant
-                if not any(m is assistant for m in new):  # a malformed action with no text: nothing kept
-                    assistant = None
-            else:  # the step broke off (the sandbox failed) before the loop recorded it
-                assistant = new[0] if new and new[0].get("role") == "assistant" else None
-            obs = [dict(m) for m in new if m is not assistant]
-            reward = 0.0 - self.step_penalty
-            info: dict[str, Any] = {
-                "step": ep.steps,
-                "assistant": dict(assistant) if assistant is not None else None,
-                "tool_calls": [o["tool"] for o in record.observations] if record is not None else [],
-                "observations": [dict(o) for o in record.observations] if record is not None else [],
-                "format_error": record.error if record is not None else None,
-                "tools_s": record.tools_s if record is not None else 0.0,
-                "usage": dict(agent.usage),
-            }
-            if outcome is not None:
-                try:
-                    reward += self._finish(ep, outcome, graded=terminated or self.grade_truncated)
-                finally:
-                    self._release()
-                info.update(reason=outcome.reason, exit_reason=outcome.exit_reason, answer=ep.answer,
-                            task_reward=ep.task_reward, steps=ep.steps)  # fmt: skip
-                if outcome.error is not None:  # the sandbox failed
-                    info["error"] = f"{type(outcome.error).__name__}: {outcome.error}"
-            ep.reward += reward
-            if terminated or truncated:
-                info["episode_reward"] = ep.reward
-            info["env_s"] = time.perf_counter() - t0
-            return obs, float(reward), terminated, truncated, info
+            obs, reward, info = self._step_observe(ep, result, n_messages)
+            if result.outcome is not None:
+                reward += self._end_episode(ep, result.outcome)
+            return self._step_close(ep, result.outcome, obs, reward, info, t0)
 
     async def step_async(
         self, action: Any, *, executor: Executor | None = None
     ) -> tuple[list[dict], float, bool, bool, dict]:
-        """``step`` in ``executor`` (a thread), for asyncio code."""
-        return await asyncio.get_running_loop().run_in_executor(executor, self.step, action)
+        """``step`` for asyncio: the tool calls are driven by the running loop (``Agent.astep``: no
+        thread per step, whatever the number of episodes); only the episode's end (the answer,
+        the reward function, giving the sandbox back) runs in ``executor``."""
+        with self._lock:  # (only for the instant of each part: the command holds the sandbox's own lock)
+            ep, n_messages, t0 = self._step_begin(action)
+            self._stepping = True
+        try:
+            result = await ep.agent.astep()
+        finally:
+            ep.feed.action = None
+            self._stepping = False
+        with self._lock:
+            obs, reward, info = self._step_observe(ep, result, n_messages)
+        if result.outcome is not None:
+            reward += await asyncio.get_running_loop().run_in_executor(executor, self._end_episode_locked, ep,
+                                                                       result.outcome)  # fmt: skip
+        return self._step_close(ep, result.outcome, obs, reward, info, t0)
+
+    def _step_begin(self, action: Any) -> tuple[_Episode, int, float]:
+        """Check that a step can be taken, and hand ``action`` to the loop's feed (lock held)."""
+        ep = self._episode
+        if self._closed:
+            raise SandboxClosed("this SandboxEnv is closed")
+        if ep is None or ep.done:
+            raise ResetNeeded("no running episode: call reset() first (the last one has ended)")
+        if self._stepping:
+            raise RuntimeError("SandboxEnv: a step is already running on this env (one step at a time)")
+        t0 = time.perf_counter()
+        n_messages = len(ep.agent.messages)
+        ep.steps += 1
+        ep.feed.action, ep.feed.id_prefix = action, f"call_{ep.steps}"
+        return ep, n_messages, t0
+
+    def _step_observe(self, ep: _Episode, result: Any, n_messages: int) -> tuple[list[dict], float, dict]:
+        """The observation, the step's own reward and its info, from the loop's step."""
+        agent = ep.agent
+        record = result.step
+        new = agent.messages[n_messages:]
+        if record is not None:
+            assistant = record.assistant
+            if not any(m is assistant for m in new):  # a malformed action with no text: nothing kept
+                assistant = None
+        else:  # the step broke off (the sandbox failed) before the loop recorded it
+            assistant = new[0] if new and new[0].get("role") == "assistant" else None
+        obs = [dict(m) for m in new if m is not assistant]
+        info: dict[str, Any] = {
+            "step": ep.steps,
+            "assistant": dict(assistant) if assistant is not None else None,
+            "tool_calls": [o["tool"] for o in record.observations] if record is not None else [],
+            "observations": [dict(o) for o in record.observations] if record is not None else [],
+            "format_error": record.error if record is not None else None,
+            "tools_s": record.tools_s if record is not None else 0.0,
+            "usage": dict(agent.usage),
+        }
+        return obs, 0.0 - self.step_penalty, info
+
+    def _end_episode(self, ep: _Episode, outcome: Outcome) -> float:
+        """The task's reward (when graded), then the sandbox goes back to the pool."""
+        try:
+            return self._finish(ep, outcome, graded=outcome.reason is ExitReason.SUBMITTED or self.grade_truncated)
+        finally:
+            self._release()
+
+    def _end_episode_locked(self, ep: _Episode, outcome: Outcome) -> float:
+        with self._lock:
+            return self._end_episode(ep, outcome)
+
+    def _step_close(self, ep: _Episode, outcome: Outcome | None, obs: list[dict], reward: float, info: dict,
+                    t0: float) -> tuple[list[dict], float, bool, bool, dict]:  # fmt: skip
+        terminated = outcome is not None and outcome.reason is ExitReason.SUBMITTED
+        truncated = outcome is not None and not terminated
+        if outcome is not None:
+            info.update(reason=outcome.reason, exit_reason=outcome.exit_reason, answer=ep.answer,
+                        task_reward=ep.task_reward, steps=ep.steps)  # fmt: skip
+            if outcome.error is not None:  # the sandbox failed
+                info["error"] = f"{type(outcome.error).__name__}: {outcome.error}"
+        ep.reward += reward
+        if terminated or truncated:
+            info["episode_reward"] = ep.reward
+        info["env_s"] = time.perf_counter() - t0
+        return obs, float(reward), terminated, truncated, info
 
     def _finish(self, ep: _Episode, outcome: Outcome, graded: bool) -> float:
         """End the episode: read the answer, run the reward function (sandbox still held)."""

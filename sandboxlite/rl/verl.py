@@ -172,7 +172,7 @@ class SandboxAgentLoop(AgentLoopBase):
                 for c, cj in zip(calls, calls_json):
                     tool_calls += 1
                     try:
-                        result = await loop.run_in_executor(None, tools.call, c.name, c.arguments)
+                        result = await tools.acall(c.name, c.arguments)  # (the loop drives it: no thread)
                         text, submitted = result.output, submitted or result.submitted
                     except ToolError as e:
                         text = f"Error: {e}"
@@ -274,9 +274,12 @@ class SandboxTool(BaseTool):
         if agent_data is None:
             return ToolResponse(text="Error: SandboxTool needs verl's agent_data (verl 0.9's tool_agent passes it)"), 0.0, {}
         loop = asyncio.get_running_loop()
-        tools = await loop.run_in_executor(None, self._tools_for, agent_data)
+        with self._lock:
+            held = self._sandboxes.get(id(agent_data))
+        # the trajectory's first call acquires its sandbox (it may wait for one) in a thread
+        tools = held[1] if held is not None else await loop.run_in_executor(None, self._tools_for, agent_data)
         try:
-            result = await loop.run_in_executor(None, tools.call, self.tool_name, parameters)
+            result = await tools.acall(self.tool_name, parameters)
         except ToolError as e:
             return ToolResponse(text=f"Error: {e}"), 0.0, {}
         return ToolResponse(text=result.output), 0.0, {"submitted": result.submitted, **result.data}
