@@ -152,6 +152,10 @@ class SandboxConfig:
         ``"landlock"`` (no namespaces: for containers that allow none; weaker, see SECURITY.md;
         paths are the host's, ``Sandbox.workdir`` says where the workdir is), or ``"auto"``
         (``$SANDBOXLITE_ISOLATION``, else namespaces: Landlock is never chosen unasked).
+    user: who commands run as inside: ``UID[:GID]``, or a user (and group) of the image's own
+        /etc/passwd and /etc/group (``app``, ``app:staff``); None: the image's ``User`` (a
+        container image's), else root.  The one id the sandbox's user namespace maps (files show
+        as owned by it).
     """
 
     rootfs: str = "auto"
@@ -166,6 +170,7 @@ class SandboxConfig:
     cgroups: str = "auto"
     isolation: str = "auto"
     expose: tuple[int, ...] = ()
+    user: str | None = None
     # network="allow:...": the parsed allowlist (made from ``network`` and the presets file)
     policy: Policy | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -226,6 +231,10 @@ class SandboxConfig:
             check_env_pair(k, v)
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "workdir", _check_abs("workdir", self.workdir))
+        if self.user is not None and (not isinstance(self.user, str) or not self.user.strip(":")
+                                      or not all(p and "/" not in p and "\0" not in p and len(p) <= 256
+                                                 for p in self.user.split(":", 1))):  # fmt: skip
+            raise ConfigError("user", f"must be UID[:GID] or NAME[:GROUP], got {self.user!r}")
         if self.hostname is not None and (not isinstance(self.hostname, str) or not self.hostname
                                           or len(self.hostname) > 64):  # fmt: skip
             raise ConfigError("hostname", f"must be 1-64 characters or None, got {self.hostname!r}")

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import paths
-from ..errors import RootfsError
+from ..errors import ConfigError, RootfsError
 from . import where
 from .where import image_root, images_dir
 
@@ -195,6 +195,20 @@ def _manifest_config(image: str, _mtime_ns: int, _size: int) -> tuple[tuple[tupl
     resolved = resolve_user(os.path.join(image, "root"), user) if isinstance(user, str) and user else None
     env = tuple((k, v) for k, v in pairs if k and "\0" not in k + v)
     return env, (None if resolved == (0, 0) else resolved), isinstance(manifest.get("oci"), dict)
+
+
+def with_user(plan: RootfsPlan, spec: str) -> RootfsPlan:
+    """``plan`` running as ``spec`` (``SandboxConfig.user``): numbers as they are, names looked up
+    in the root's own /etc/passwd and /etc/group (RootfsError when it has no such name)."""
+    from .users import resolve_user
+
+    root = plan.path if plan.kind == "dir" else "/"
+    try:
+        ids = resolve_user(root, spec)
+    except RootfsError as e:
+        raise ConfigError("user", e.message.replace("the image's User", "the user", 1),
+                          hint="give numbers (UID[:GID]), or a name the image's /etc/passwd has") from None
+    return dataclasses.replace(plan, user=None if ids == (0, 0) else ids)
 
 
 def _top_level(root: str, skip: frozenset[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

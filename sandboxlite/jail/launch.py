@@ -99,6 +99,8 @@ def start(config: SandboxConfig, host: Host, *, start_timeout: float = START_TIM
                                 hint="use namespaces (isolation='namespaces') for snapshots and fork()")  # fmt: skip
         return _start_landlock(config, host, start_timeout=start_timeout, on_phase=on_phase, t0=t0)
     root = images.resolve(config.rootfs)
+    if config.user is not None:
+        root = images.with_user(root, config.user)
     if config.rootfs == "auto" and root.kind == "host":
         host.warn_once("rootfs-auto-host", f"rootfs='auto': {images.auto_choice()[1]} (build the default "
                        f"image: sandboxlite rootfs build {images.DEFAULT_PROFILE})")  # fmt: skip

@@ -285,6 +285,10 @@ def check_landlock(config: SandboxConfig) -> None:
                           f"an image at /), got rootfs={config.rootfs!r}",
                           hint="use rootfs='host' (or 'auto'), and install what the sandbox needs on the host "
                           "or in the container image; or use namespaces for images")  # fmt: skip
+    if config.user is not None:
+        raise ConfigError("user", "isolation='landlock' runs commands as the sandbox's own host uid (no user "
+                          f"namespace to map another id), got user={config.user!r}",
+                          hint="use namespaces (isolation='namespaces') to run as an image's user")  # fmt: skip
     if config.workdir != "/testbed":
         raise ConfigError("workdir", f"isolation='landlock' gives each sandbox a workdir of its own on the host "
                           f"(Sandbox.workdir), it cannot be placed at {config.workdir}",
