@@ -947,6 +947,41 @@ def image_pull(reference, platform, username, password_stdin, insecure, quiet) -
     click.echo(f"{info.name}: {shown} ({info.manifest['size_bytes'] / (1 << 20):.1f} MiB)")
 
 
+@image.command("build")
+@click.argument("context", type=click.Path(exists=True, file_okay=False))
+@click.option("-f", "--file", "dockerfile", type=click.Path(exists=True, dir_okay=False),
+              help="The Dockerfile (default: CONTEXT/Dockerfile).")
+@click.option("-t", "--tag", help="Name the image this (python-app:1, 127.0.0.1:5000/app:dev).")
+@click.option("--build-arg", "build_args", multiple=True, metavar="NAME=VALUE", help="An ARG's value (repeatable).")
+@click.option("--target", help="Build up to this stage (FROM ... AS NAME).")
+@click.option("--network", default=None, metavar="POLICY",
+              help="What RUN steps may reach: none, host, or allow:RULES (default: allow:pypi,debian).")
+@click.option("--no-cache", is_flag=True, help="Run every step again (the cache is not read).")
+@click.option("--quiet", "-q", is_flag=True, help="Only the result (no steps, no RUN output).")
+@_errors_to_exit_codes
+def image_build(context, dockerfile, tag, build_args, target, network, no_cache, quiet) -> None:
+    """Build an image from a Dockerfile, without a daemon: each RUN in a sandbox (network as
+    --network says), each step a layer cached by its inputs (a rebuild with nothing changed takes
+    milliseconds).  The image goes to the store: Sandbox(image=TAG), exec --rootfs TAG."""
+    from .images import builder
+
+    args = {}
+    for item in build_args:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--build-arg")
+        args[k] = v
+    path = dockerfile or str(Path(context) / "Dockerfile")
+    if not Path(path).is_file():
+        raise click.BadParameter(f"{path} does not exist", param_hint="-f/--file")
+    out = None if quiet else (lambda chunk: (sys.stderr.buffer.write(chunk), sys.stderr.buffer.flush()))
+    result = builder.build(path, context, tag=tag, build_args=args, target=target,
+                           network=network or builder.DEFAULT_NETWORK, no_cache=no_cache,
+                           say=None if quiet else (lambda line: click.echo(line, err=True)), output=out)  # fmt: skip
+    click.echo(f"{result.image}{' ' + result.tag if result.tag else ''}: {len(result.steps)} steps, "
+               f"{result.cached} cached, {result.seconds:.2f} s")
+
+
 @image.command("list")
 @_errors_to_exit_codes
 def image_list() -> None:

@@ -9,7 +9,9 @@
     │                                                no C compiler for the executor)
     ├── RootfsError(SandboxError)                    rootfs missing, incomplete or corrupt
     │   └── ImageError(RootfsError)                  a container image could not be read, checked,
-    │                                                unpacked, pulled or found (hostile input included)
+    │       │                                        unpacked, pulled or found (hostile input included)
+    │       └── BuildError(ImageError)               a Dockerfile could not be parsed or built: names
+    │                                                the file and line (and a failed RUN's exit code)
     ├── SandboxClosed(SandboxError, RuntimeError)    the sandbox was closed (or never opened)
     ├── SandboxCrashed(SandboxError, RuntimeError)   the jail died under us
     ├── CommandTimeout(SandboxError, TimeoutError)   raised by ExecResult.check()
@@ -77,6 +79,15 @@ class RootfsError(SandboxError):
 
 class ImageError(RootfsError):
     """A container image (OCI or docker) could not be read, checked, unpacked, pulled or found."""
+
+
+class BuildError(ImageError):
+    """A Dockerfile could not be parsed or built.  ``file`` and ``line`` (1-based; 0 when the
+    error is not about one line) say where; the message starts with ``FILE:LINE:``."""
+
+    def __init__(self, message: str, *, file: str = "Dockerfile", line: int = 0, hint: str | None = None) -> None:
+        self.file, self.line = file, line
+        super().__init__(f"{file}:{line}: {message}" if line else f"{file}: {message}", hint=hint)
 
 
 class SandboxClosed(SandboxError, RuntimeError):
