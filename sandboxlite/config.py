@@ -156,6 +156,9 @@ class SandboxConfig:
         /etc/passwd and /etc/group (``app``, ``app:staff``); None: the image's ``User`` (a
         container image's), else root.  The one id the sandbox's user namespace maps (files show
         as owned by it).
+    ignore_chown: chown(2) and its kin succeed without changing anything.  Files in a sandbox have
+        one owner (the one mapped id), so a chown to another id fails with EINVAL; a Dockerfile's
+        ``RUN useradd app && chown -R app /app`` expects it to work (image build sets this).
     """
 
     rootfs: str = "auto"
@@ -171,6 +174,7 @@ class SandboxConfig:
     isolation: str = "auto"
     expose: tuple[int, ...] = ()
     user: str | None = None
+    ignore_chown: bool = False
     # network="allow:...": the parsed allowlist (made from ``network`` and the presets file)
     policy: Policy | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -235,6 +239,8 @@ class SandboxConfig:
                                       or not all(p and "/" not in p and "\0" not in p and len(p) <= 256
                                                  for p in self.user.split(":", 1))):  # fmt: skip
             raise ConfigError("user", f"must be UID[:GID] or NAME[:GROUP], got {self.user!r}")
+        if not isinstance(self.ignore_chown, bool):
+            raise ConfigError("ignore_chown", f"must be True or False, got {self.ignore_chown!r}")
         if self.hostname is not None and (not isinstance(self.hostname, str) or not self.hostname
                                           or len(self.hostname) > 64):  # fmt: skip
             raise ConfigError("hostname", f"must be 1-64 characters or None, got {self.hostname!r}")

@@ -223,3 +223,27 @@ def test_the_cli_builds_streams_and_maps_errors(tmp_path, tag):
         """)  # fmt: skip
     r = CliRunner().invoke(main, ["image", "build", "-t", tag, "--network", "none", str(ctx)])
     assert r.exit_code != 0 and "Dockerfile:2: RUN exited with code 3" in r.output
+
+
+def test_a_dockerfile_as_tasks_write_it_apt_useradd_chown(tmp_path, tag):
+    """The shape of Harbor's task template: apt-get from Debian's archive (the build's network
+    policy allows it), a user made and given a directory, USER, WORKDIR.  apt runs as root for
+    the step (its _apt user is not mapped) without a trace in the image."""
+    ctx = tmp_path / "ctx"
+    write(ctx, f"""
+        FROM {BASE}
+        RUN rm /etc/apt/apt.conf.d/90sandboxlite
+        RUN apt-get update && apt-get install -y --no-install-recommends sl \\
+            && rm -rf /var/lib/apt/lists/*
+        RUN useradd -m app && mkdir -p /workspace && chown -R app:app /workspace
+        USER app
+        WORKDIR /workspace
+        RUN touch mine && id -un > who
+        """)  # fmt: skip
+    builder.build(ctx / "Dockerfile", ctx, tag=tag)  # (the default network: allow:pypi,debian)
+    with Sandbox(image=tag) as sb:
+        r = sb.exec("ls /usr/games/sl /etc/apt/apt.conf.d; cat /workspace/who; id -un")
+        assert r.exit_code == 0, r
+        out = r.stdout.decode()
+        assert "/usr/games/sl" in out and "00sandboxlite-build" not in out and "90sandboxlite" not in out
+        assert out.split()[-2:] == ["app", "app"]

@@ -24,3 +24,13 @@ def test_bad_users_are_refused_with_the_field_named():
         Sandbox(user="nosuch")
     with pytest.raises(ConfigError, match="landlock"):
         Sandbox(user="1000", isolation="landlock", rootfs="host")
+
+
+def test_ignore_chown_makes_chown_a_no_op_that_succeeds():
+    cmd = "mkdir -p /tmp/d && chown -R 4242:4242 /tmp/d; echo $? $(stat -c %u /tmp/d)"
+    with Sandbox() as sb:
+        assert sb.exec(cmd).stdout.split()[0] == b"1"  # an id the namespace does not map: EINVAL
+    with Sandbox(ignore_chown=True) as sb:
+        assert sb.exec(cmd).stdout.split() == [b"0", b"0"]  # succeeded, changed nothing
+    with pytest.raises(ConfigError, match="^ignore_chown:"):
+        SandboxConfig(ignore_chown="yes")

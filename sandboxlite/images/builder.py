@@ -375,7 +375,7 @@ class Builder:
         snap = store.meta(state.snap) if state.snap else None
         limits = BUILD_LIMITS
         return Sandbox(rootfs=state.base, snapshot=snap, network=network, env=dict(env or {}), user=user or None,
-                       workdir=workdir or "/", limits=limits)  # fmt: skip
+                       workdir=workdir or "/", limits=limits, ignore_chown=True)  # fmt: skip
 
     def _run(self, ins: Instruction, state: State, argv: list[str], env: dict[str, str], network: str) -> str:
         user = self._numeric_user(state, ins)
@@ -387,7 +387,13 @@ class Builder:
                 self.output(chunk)
 
         with self._sandbox(state, network=network, env=env, user=user, workdir=state.config.workdir) as sb:
+            apt_conf = _apt_as_root(sb)
             r = sb.exec(argv, timeout=RUN_TIMEOUT_S, on_stdout=out, on_stderr=out)
+            if apt_conf is not None:
+                try:
+                    sb.remove(apt_conf)
+                except SandboxError:
+                    pass  # (the step removed it, or /etc/apt with it)
             if r.exit_code != 0:
                 why = "timed out" if r.timed_out else f"exited with code {r.exit_code}"
                 raise BuildError(f"RUN {why}: {_short(ins.text)}\n{tail.text()}", file=self.file, line=ins.line,
@@ -865,6 +871,22 @@ def _check_chown(sb, spec: str, file: str, line: int) -> None:
         _lookup(spec, _read_text(sb, "/etc/passwd"), _read_text(sb, "/etc/group"))
     except KeyError as e:
         raise BuildError(f"--chown={spec}: the image has no {e.args[0]}", file=file, line=line) from None
+
+
+APT_CONF = "/etc/apt/apt.conf.d/00sandboxlite-build"
+
+
+def _apt_as_root(sb) -> str | None:
+    """For the step only: apt downloads as root.  Its own sandbox user (_apt) is an id the
+    sandbox does not map, so apt-get update would fail on setgroups/seteuid; removed after the
+    step (not in the image).  None where the image has no apt."""
+    try:
+        if sb.stat("/etc/apt/apt.conf.d", follow_symlinks=True).type != "dir":
+            return None
+        sb.write_file(APT_CONF, b'APT::Sandbox::User "root";\n')
+    except SandboxError:
+        return None
+    return APT_CONF
 
 
 def _replace(sb, target: str) -> None:

@@ -139,14 +139,20 @@ UNSCOPED_IPC_SYSCALLS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+# Made to succeed without doing anything with ``ignore_chown`` (a Dockerfile build's RUN steps): a
+# sandbox maps one id, so a chown to any other fails with EINVAL, and files have one owner anyway.
+CHOWN_SYSCALLS = ("chown", "fchown", "lchown", "fchownat")
+
+
 @functools.lru_cache(maxsize=8)
-def filter_bytes(memfd: bool = True, sockets: bool = True, ipc: bool = True) -> bytes:
+def filter_bytes(memfd: bool = True, sockets: bool = True, ipc: bool = True, ignore_chown: bool = False) -> bytes:
     """The compiled BPF program (cached; building it takes a few milliseconds).
     ``memfd=False``: also UNCOUNTED_MEMORY_SYSCALLS get ENOSYS (for sandboxes without a memory cgroup).
     ``sockets=False``: socket(2) fails with EACCES for every family (socketpair(2) still works): a
     Landlock sandbox without network has no network namespace of its own, and Landlock
     governs neither UDP nor connecting to a host's named unix socket (a daemon's).
-    ``ipc=False``: UNSCOPED_IPC_SYSCALLS get ENOSYS (a sandbox without an IPC namespace)."""
+    ``ipc=False``: UNSCOPED_IPC_SYSCALLS get ENOSYS (a sandbox without an IPC namespace).
+    ``ignore_chown``: CHOWN_SYSCALLS return 0 and change nothing."""
     sc = _import()
     f = sc.SyscallFilter(defaction=sc.ALLOW)
     eperm = sc.ERRNO(errno.EPERM)
@@ -161,6 +167,9 @@ def filter_bytes(memfd: bool = True, sockets: bool = True, ipc: bool = True) -> 
             f.add_rule(sc.ERRNO(errno.ENOSYS), name)
         except (ValueError, OSError):  # not on this architecture
             continue
+    if ignore_chown:
+        for name in CHOWN_SYSCALLS:
+            f.add_rule(sc.ERRNO(0), name)
     for flag in CLONE_NS_FLAGS.values():
         f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     for req in DENIED_IOCTLS.values():

@@ -169,12 +169,12 @@ class Host:
         with their image idmapped to it."""
         return self.run_as[0] if self.run_as is not None else self.euid
 
-    def seccomp_for(self, memfd: bool, sockets: bool = True, ipc: bool = True) -> bytes:
+    def seccomp_for(self, memfd: bool, sockets: bool = True, ipc: bool = True, ignore_chown: bool = False) -> bytes:
         """The filter of a sandbox with (or without) memfd_create, socket and SysV/POSIX message-queue
-        IPC (seccomp.filter_bytes)."""
-        if sockets and ipc:
+        IPC, and with chown made a no-op (seccomp.filter_bytes)."""
+        if sockets and ipc and not ignore_chown:
             return self.seccomp if memfd else self.seccomp_no_memfd
-        return seccomp.filter_bytes(memfd, sockets, ipc)
+        return seccomp.filter_bytes(memfd, sockets, ipc, ignore_chown)
 
     def isolation_for(self, requested: str) -> str:
         """The isolation a sandbox asking for ``requested`` gets ("auto": this Host's default)."""

@@ -284,7 +284,7 @@ def launch(p: JailPlan, host: Host, *, net_fd: int | None = None, lower_fd: int 
         sec_r, sec_w = os.pipe2(os.O_CLOEXEC)
         ours.append(sec_r)
         try:
-            os.write(sec_w, host.seccomp_for(p.memfd, p.sockets, p.isolation != "landlock"))  # far below the 64 KiB pipe buffer
+            os.write(sec_w, host.seccomp_for(p.memfd, p.sockets, p.isolation != "landlock", p.config.ignore_chown))  # far below the 64 KiB pipe buffer
         finally:
             os.close(sec_w)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
