@@ -963,7 +963,7 @@ def image_build(context, dockerfile, tag, build_args, target, network, no_cache,
     """Build an image from a Dockerfile, without a daemon: each RUN in a sandbox (network as
     --network says), each step a layer cached by its inputs (a rebuild with nothing changed takes
     milliseconds).  The image goes to the store: Sandbox(image=TAG), exec --rootfs TAG."""
-    from .images import builder
+    from .build import builder
 
     args = {}
     for item in build_args:

@@ -1,11 +1,11 @@
-"""The Dockerfile parser (sandboxlite.images.dockerfile): pure functions, no sandbox, no network."""
+"""The Dockerfile parser (sandboxlite.build.dockerfile): pure functions, no sandbox, no network."""
 
 from __future__ import annotations
 
 import pytest
 
 from sandboxlite.errors import BuildError
-from sandboxlite.images.dockerfile import (
+from sandboxlite.build.dockerfile import (
     KEYWORDS,
     SUPPORTED,
     Instruction,

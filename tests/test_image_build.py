@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from sandboxlite import Sandbox
 from sandboxlite.cli import main
 from sandboxlite.errors import BuildError
-from sandboxlite.images import builder, store
+from sandboxlite.build import builder
+from sandboxlite.images import store
 
 BASE = "lean"
 

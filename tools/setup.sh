@@ -146,10 +146,11 @@ fi
 .venv-verl/bin/python -m pip install -q --upgrade pip
 .venv-verl/bin/python -m pip install -q -e ".[dev,verl]"
 
-# the images: "science" (the default: the paper's scientific Python stack, ~1.5 min) and the
-# small "lean" one (~40 s); both cached, both used by the tests
+# the images: "science" (the default: the paper's scientific Python stack, ~1.5 min), the small
+# "lean" one (~40 s) and "trixie" (Debian 13's Python 3.13, ~45 s: the Harbor runner's base); all
+# cached, all used by the tests
 if have mmdebstrap && have zstd && { [ $ROOT -eq 1 ] || have newuidmap; }; then
-  for image in lean science; do
+  for image in lean science trixie; do
     # rebuilt when modified, or built from an older recipe (a profile or hook changed since)
     if ! .venv/bin/sandboxlite rootfs verify --current "$image" >/dev/null 2>&1; then
       .venv/bin/sandboxlite rootfs build "$image" --force || problems+=("building the $image image (above)")
@@ -159,6 +160,13 @@ if have mmdebstrap && have zstd && { [ $ROOT -eq 1 ] || have newuidmap; }; then
   done
 else
   problems+=("the rootfs images (needs mmdebstrap, zstd and uidmap)")
+fi
+# the Harbor runner (tools/harbor/: Harbor needs Python >= 3.12, this Debian 12 has 3.11): an image
+# sandboxlite builds itself from tools/harbor/Dockerfile, over "trixie"; ~1.5 min the first time,
+# a fraction of a second when nothing changed (each step is cached by its inputs)
+if [ $ROOT -eq 1 ] && [ "${#problems[@]}" -eq 0 ]; then
+  .venv/bin/sandboxlite image build -q -f tools/harbor/Dockerfile -t sandboxlite/harbor-runner . \
+    || problems+=("building the Harbor runner (above)")
 fi
 .venv/bin/sandboxlite doctor || true
 

@@ -229,6 +229,13 @@ def _take_names(name: str, refs: list[str]) -> None:
     _write_names({ref: image for ref, image in table.items() if (images_dir() / image).is_dir()})
 
 
+def name_image(image: str, refs: list[str]) -> None:
+    """Give the store's image ``image`` (``oci-ID``) the names ``refs`` (canonical references),
+    moving each from the image that had it."""
+    with _locked():
+        _take_names(image, refs)
+
+
 def oci_images() -> list[ImageInfo]:
     """The container images in the store (the built ones are ``rootfs list``'s)."""
     return [i for i in list_images() if isinstance(i.manifest.get("oci"), dict)]

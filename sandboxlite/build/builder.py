@@ -39,10 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import paths
+from ..config import check_network
 from ..errors import BuildError, ImageError, RootfsError, SandboxError
-from . import dockerfile, images_dir, oci
+from ..images import images_dir, oci
+from ..images.manifest import MANIFEST, give_to_sandbox_user, read_manifest, remove_tree, write_manifest
+from ..jail.host import default_host
+from ..jail.sandbox import Sandbox
+from ..state.snapshot import OPAQUE, user_xattrs
+from . import dockerfile
 from .dockerfile import Instruction
-from .manifest import MANIFEST, give_to_sandbox_user, read_manifest, remove_tree, write_manifest
 
 DEFAULT_NETWORK = "allow:pypi,debian"
 DEFAULT_SHELL = ("/bin/sh", "-c")
@@ -369,13 +374,17 @@ class Builder:
 
     def _sandbox(self, state: State, *, network: str = "none", env: Mapping[str, str] | None = None,
                  user: str | None = None, workdir: str | None = None):  # fmt: skip
-        from ..jail.sandbox import Sandbox
-
         store = _store()
         snap = store.meta(state.snap) if state.snap else None
         limits = BUILD_LIMITS
-        return Sandbox(rootfs=state.base, snapshot=snap, network=network, env=dict(env or {}), user=user or None,
-                       workdir=workdir or "/", limits=limits, ignore_chown=True)  # fmt: skip
+        sb = Sandbox(rootfs=state.base, snapshot=snap, network=network, env=dict(env or {}), user=user or None,
+                     workdir=workdir or "/", limits=limits, ignore_chown=True)  # fmt: skip
+        plan = sb.jail.plan
+        if not plan.copy_on_write:  # (its writes would not be the image's: never build on silently)
+            sb.close()
+            raise BuildError(f"a build step needs a copy-on-write root, and this sandbox has none: {plan.cow_reason}",
+                             file=self.file, hint="sandboxlite doctor says what the host lacks")  # fmt: skip
+        return sb
 
     def _run(self, ins: Instruction, state: State, argv: list[str], env: dict[str, str], network: str) -> str:
         user = self._numeric_user(state, ins)
@@ -624,8 +633,6 @@ def build(dockerfile_path: str | os.PathLike, context: str | os.PathLike, *, tag
     image is installed in the store (``oci-ID``) and named ``tag`` when given.  ``say`` gets a
     line per step, ``output`` every RUN's output as it comes.  BuildError (with the line) when a
     step fails or an instruction is not supported."""
-    from ..config import check_network
-
     t0 = time.monotonic()
     name = str(oci.parse_reference(tag)) if tag else None
     check_network(network, "network")
@@ -637,10 +644,9 @@ def build(dockerfile_path: str | os.PathLike, context: str | os.PathLike, *, tag
     state = b.run(target=target)
     image, path = install(state)
     if name is not None:
-        from .store import _locked, _take_names
+        from ..images.store import name_image
 
-        with _locked():
-            _take_names(image, [name])
+        name_image(image, [name])
     return BuildResult(image, path, name, b.steps, time.monotonic() - t0)
 
 
@@ -698,8 +704,6 @@ def _apply(src: Path, dst: Path) -> None:
     """Put the overlay layer ``src`` over the tree ``dst``: a whiteout removes, an opaque directory
     replaces, an entry replaces what was there (a directory over a directory merges).  Files are
     copied (``dst``'s are hard links shared with other images: never written in place)."""
-    from ..state.snapshot import OPAQUE, user_xattrs
-
     for entry in os.scandir(src):
         s, d = Path(entry.path), dst / entry.name
         st = entry.stat(follow_symlinks=False)
@@ -772,8 +776,6 @@ def scratch_image() -> str:
 # helpers
 
 def _store():
-    from ..jail.host import default_host
-
     return default_host().snapshot_store()
 
 
@@ -807,7 +809,7 @@ def _split_stages(instructions: list[Instruction], file: str) -> list[tuple[str 
 
 def _find_base(ref: str, file: str, line: int) -> str:
     """The store's image that ``ref`` names: a container reference, ``oci-ID``, or a built image."""
-    from .where import find
+    from ..images.where import find
 
     if "/" not in ref and ":" not in ref and (images_dir() / ref / MANIFEST).is_file():
         return ref
