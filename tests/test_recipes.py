@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_checkout_reads_the_recipes_at_the_top():
     assert recipes.recipes_dir() == ROOT / "rootfs"
-    assert recipes.profile_names() == ["full", "lean", "science"]
+    assert recipes.profile_names() == ["full", "lean", "science", "trixie"]
     assert set(recipes.hooks()) == {p.stem for p in (ROOT / "rootfs" / "hooks").glob("*.sh")}
 
 

@@ -16,8 +16,10 @@ from .test_rootfs import tiny_root  # noqa: F401  (fixture)
 
 # -- profiles and the build plan (pure) ---------------------------------------------------------
 def test_profiles_extend_each_other():
-    assert build.profile_names() == ["full", "lean", "science"]
+    assert build.profile_names() == ["full", "lean", "science", "trixie"]
     lean, science, full = (build.load_profile(n) for n in ("lean", "science", "full"))
+    trixie = build.load_profile("trixie")  # (Debian 13: the Harbor runner's base)
+    assert trixie.suite == "trixie" and {"python3", "python3-venv", "git"} <= set(trixie.packages)
     assert {"python3", "python3-numpy", "python3-sympy"} <= set(lean.packages)
     assert set(lean.packages) < set(science.packages) < set(full.packages)
     assert {"python3-scipy", "python3-matplotlib", "python3-mpmath", "ipython3", "python3-chardet",
