@@ -100,7 +100,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 
-EXTRAS="dev,eval,rl,ray,bench,paper,trl,sandlock"
+EXTRAS="dev,eval,rl,ray,bench,paper,trl,sandlock,openenv"
 if [ $LOCAL_MODEL -eq 1 ]; then
   # llama.cpp (the [local] extra) is compiled once into a wheel, without -march=native: a native
   # build uses every instruction the CPU advertises, and on VMs that advertise AMX without
