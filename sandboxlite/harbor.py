@@ -38,12 +38,16 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from harbor.environments.base import BaseEnvironment, ExecResult, SandboxBuildFailedError
-from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
-from harbor.environments.definition import environment_content_hash, require_agent_environment_definition
-from harbor.environments.options import EnvironmentOptions
-from harbor.models.task.config import NetworkMode, NetworkPolicy
-from pydantic import Field
+try:
+    from harbor.environments.base import BaseEnvironment, ExecResult, SandboxBuildFailedError
+    from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
+    from harbor.environments.definition import environment_content_hash, require_agent_environment_definition
+    from harbor.environments.options import EnvironmentOptions
+    from harbor.models.task.config import NetworkMode, NetworkPolicy
+    from pydantic import Field
+except ImportError as e:  # the extra is missing (or this Python is older than Harbor's 3.12)
+    raise ImportError(f"sandboxlite.harbor needs Harbor (Python >= 3.12): pip install 'sandboxlite[harbor]'; on "
+                      f"Debian 12 run Harbor in tools/harbor/run ({e})") from e
 
 from .errors import BuildError, SandboxError
 from .build import builder

@@ -120,8 +120,8 @@ def _lean_built() -> bool:
     return (images_dir() / "lean" / "manifest.json").is_file()
 
 
-@pytest.mark.skipif(not _lean_built(), reason="needs the built lean image (sandboxlite rootfs build lean)")
 def test_quick_sandboxlite_only_writes_every_section(tmp_path):
+    assert _lean_built(), "needs the built lean image: sandboxlite rootfs build lean (tools/setup.sh builds it)"
     out = tmp_path / "build.json"
     r = subprocess.run([sys.executable, str(BENCH), "--quick", "--sandboxlite-only", "--json", str(out)],
                        capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
