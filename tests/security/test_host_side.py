@@ -32,6 +32,7 @@ from sandboxlite.agent.model import FakeModel
 from sandboxlite.agent.run import TrajectoryWriter, run_task
 from sandboxlite.agent.task import Task
 from sandboxlite.config import Limits, SandboxConfig
+from sandboxlite.jail import transfer
 
 HOST = SandboxConfig(rootfs="host")
 TASK = Task.from_dict({"id": "names", "query": "Write 42 to the answer file.", "max_steps": 10})
@@ -165,6 +166,36 @@ def start_grower(sb: Sandbox, path: str, start: int = 8 * MiB, stop: int = 512 *
         time.sleep(0.02)
 
 
+class _SlowFirstRead:
+    """``os`` for sandboxlite.jail.transfer, whose first ``pread`` of a file of ``start`` bytes or more
+    returns only once the file has grown past the cap (it reads a byte now and then: the grower adds
+    a block each time it sees a read): the host's copy is then certain to meet a
+    file that grew while it was read (without it, a fast host could reach the end of the file before
+    the grower had added a block, and the copy was, correctly, the whole smaller file)."""
+
+    def __init__(self, start: int = 8 * MiB) -> None:
+        self.start, self.waited = start, False
+
+    def __getattr__(self, name: str):
+        return getattr(os, name)
+
+    def pread(self, fd: int, n: int, pos: int) -> bytes:
+        chunk = os.pread(fd, n, pos)
+        if not self.waited and os.fstat(fd).st_size >= self.start:
+            self.waited = True
+            deadline = time.monotonic() + 20
+            while os.fstat(fd).st_size <= CAP:
+                assert time.monotonic() < deadline, "the grower did not grow the file past the cap"
+                time.sleep(0.005)
+                os.pread(fd, 1, 0)  # the grower adds a block per read it sees
+        return chunk
+
+
+@pytest.fixture
+def grows_while_read(monkeypatch):
+    monkeypatch.setattr(transfer, "os", _SlowFirstRead())
+
+
 def host_bytes(p: Path) -> int:
     """Bytes of the files under ``p`` (their lengths; a missing p is 0)."""
     if p.is_file():
@@ -194,7 +225,7 @@ def peak_of(p: Path):
         t.join()
 
 
-def test_a_file_growing_during_download_stops_at_the_cap(tmp_path, record):
+def test_a_file_growing_during_download_stops_at_the_cap(tmp_path, record, grows_while_read):
     with Sandbox(rootfs="host") as sb:
         start_grower(sb, "/testbed/grow")
         dst = tmp_path / "grow"
@@ -209,7 +240,7 @@ def test_a_file_growing_during_download_stops_at_the_cap(tmp_path, record):
     assert skipped == ["/testbed/grow"] and not dst.exists()  # the partial copy is removed
 
 
-def test_a_file_growing_in_a_downloaded_tree_is_charged_what_was_copied(tmp_path, record):
+def test_a_file_growing_in_a_downloaded_tree_is_charged_what_was_copied(tmp_path, record, grows_while_read):
     with Sandbox(rootfs="host") as sb:
         sb.write_file("/testbed/tree/small.txt", b"k" * MiB)
         sb.write_file("/testbed/tree/sub/tiny.txt", b"tiny")
@@ -224,7 +255,7 @@ def test_a_file_growing_in_a_downloaded_tree_is_charged_what_was_copied(tmp_path
     assert (dst / "small.txt").read_bytes() == b"k" * MiB and (dst / "sub" / "tiny.txt").read_bytes() == b"tiny"
 
 
-def test_run_task_export_cap_holds_for_a_growing_output(tmp_path, monkeypatch, record):
+def test_run_task_export_cap_holds_for_a_growing_output(tmp_path, monkeypatch, record, grows_while_read):
     monkeypatch.setattr(run_module, "MAX_EXPORT_BYTES", CAP)
     script = [
         editor(command="create", path="/tmp/grower.py", file_text=GROWER),
@@ -241,7 +272,7 @@ def test_run_task_export_cap_holds_for_a_growing_output(tmp_path, monkeypatch, r
     assert r.skipped_outputs == ["/testbed/output/grow"] and (out / "files" / "answer.txt").read_text() == "42\n"
 
 
-def test_read_file_of_a_growing_file_stops_at_the_cap(record):
+def test_read_file_of_a_growing_file_stops_at_the_cap(record, grows_while_read):
     with Sandbox(rootfs="host") as sb:
         start_grower(sb, "/testbed/grow")
         try:
