@@ -53,3 +53,11 @@ def test_the_environment_through_harbors_interface():
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
     m = re.search(r"(\d+) passed", p.stdout)
     assert m and int(m.group(1)) >= 6 and "failed" not in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+
+
+def test_trls_harbor_integration_on_sandboxlite():
+    """TRL's HarborSpec/HarborEnv (trl.experimental.harbor) with sandboxlite.harbor.trl's harness."""
+    p = runner("python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/harbor/trl_cases.py")
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
+    m = re.search(r"(\d+) passed", p.stdout)
+    assert m and int(m.group(1)) >= 7 and "failed" not in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]

@@ -1,8 +1,8 @@
 """Harbor's environment on sandboxlite: ``sandboxlite.harbor:SandboxliteEnvironment``.
 
     harbor run -p TASKS -a oracle --environment-import-path sandboxlite.harbor:SandboxliteEnvironment
-    # TRL (trl.experimental.harbor) and other Harbor users: the same import path in the
-    # environment config ({"import_path": "sandboxlite.harbor:SandboxliteEnvironment"}).
+    # Harbor's Python API: EnvironmentConfig(import_path="sandboxlite.harbor:SandboxliteEnvironment");
+    # TRL's Harbor integration: sandboxlite.harbor.trl (its environment_type cannot carry an import path)
     # On a host with Python < 3.12 (Debian 12): tools/harbor/run harbor run ...
 
 A trial's environment is one sandbox.  Its root is the task's ``environment/Dockerfile`` built by
@@ -49,9 +49,9 @@ except ImportError as e:  # the extra is missing (or this Python is older than H
     raise ImportError(f"sandboxlite.harbor needs Harbor (Python >= 3.12): pip install 'sandboxlite[harbor]'; on "
                       f"Debian 12 run Harbor in tools/harbor/run ({e})") from e
 
-from .errors import BuildError, SandboxError
-from .build import builder
-from .jail.aio import AsyncProcess, AsyncSandbox
+from ..errors import BuildError, SandboxError
+from ..build import builder
+from ..jail.aio import AsyncProcess, AsyncSandbox
 
 TYPE = "sandboxlite"
 MAX_OUTPUT = 64 << 20  # bytes of each stream an exec keeps (Harbor's results are in memory)
@@ -285,7 +285,7 @@ async def _make_room(sb: AsyncSandbox, target: str) -> None:
 
 def _prebuilt(reference: str) -> str:
     """``reference`` in the store (pulled when it is not there); its name there."""
-    from .images import store, where
+    from ..images import store, where
 
     if where.find(reference) is None:
         logging.getLogger(__name__).info(f"sandboxlite: pulling {reference}")
@@ -294,7 +294,7 @@ def _prebuilt(reference: str) -> str:
 
 
 def _image_workdir(reference: str) -> str:
-    from .images import store
+    from ..images import store
 
     try:
         return (store.find_image(reference).manifest["oci"]["config"] or {}).get("working_dir") or ""
@@ -309,7 +309,7 @@ def _slug(name: str) -> str:
 
 def _has_memory_cgroup() -> bool:
     try:
-        from .jail.host import default_host
+        from ..jail.host import default_host
 
         return default_host().cgroups.kind is not None
     except Exception:  # (no host facts: say no)
