@@ -97,8 +97,9 @@ def _for_both(task: Path) -> None:
         (env / "build-only.txt").write_text("build-only\n")
 
 
-def job(backend: str, tasks: Path, jobs: Path, name: str, attempts: int, concurrency: int) -> dict:
-    argv = [str(RUN), "harbor", "run", "-p", str(tasks), "-a", "oracle", *BACKENDS[backend], "-k", str(attempts),
+def job(backend: str, tasks: Path, jobs: Path, name: str, attempts: int, concurrency: int,
+        agent: str = "oracle") -> dict:
+    argv = [str(RUN), "harbor", "run", "-p", str(tasks), "-a", agent, *BACKENDS[backend], "-k", str(attempts),
             "-n", str(concurrency), "-o", str(jobs), "--job-name", name]  # fmt: skip
     t0 = time.perf_counter()
     p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=3600)
@@ -122,6 +123,7 @@ def job(backend: str, tasks: Path, jobs: Path, name: str, attempts: int, concurr
         "setup_p50_s": _pct(setups, 0.5), "setup_p90_s": _pct(setups, 0.9), "setup_p99_s": _pct(setups, 0.99),
         "lost": len(lost), "errors": sorted({t["error"] for t in lost}),
         "reward_1": sum(1 for t in trials if t["reward"] == 1.0),
+        "rewards": {t["task"]: t["reward"] for t in trials},
         "stderr_tail": p.stderr[-1500:] if p.returncode else "",
     }  # fmt: skip
 

@@ -632,3 +632,29 @@ def test_docker_and_podman_save_import_as_images(tier, tmp_path, host_dir_factor
             check("local/podman:1")
         finally:
             shutil.rmtree(share, ignore_errors=True)
+
+
+def test_harbor_tasks_on_harbors_docker_backend(tier, tmp_path, monkeypatch):
+    """The side-by-side of issue 37: the Harbor tasks bench/harbor.py measures (tests/harbor/tasks, adapted as
+    it says for this dockerd), run by ``harbor run`` in the Harbor runner on Harbor's own docker backend and on
+    sandboxlite's: the oracle agent scores 1.0 on each task and the nop agent 0.0, on both backends alike."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_harbor", ROOT / "bench" / "harbor.py")
+    bench_harbor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_harbor)
+    monkeypatch.setenv("PATH", f"{Path(tier['DOCKER']).parent}:{os.environ.get('PATH', '')}")  # bench calls `docker`
+    bench_harbor.ensure_docker_image()
+    tasks = tmp_path / "tasks"
+    for name in bench_harbor.OFFLINE_TASKS:
+        shutil.copytree(bench_harbor.TASKS / name, tasks / name)
+        bench_harbor._for_both(tasks / name)
+    results = {}
+    for backend in bench_harbor.BACKENDS:
+        for agent, want in (("oracle", 1.0), ("nop", 0.0)):
+            r = bench_harbor.job(backend, tasks, tmp_path / "jobs", f"{backend}-{agent}", 1, 2, agent=agent)
+            results[backend, agent] = r
+            (Path(tier["LOGS"]) / f"harbor-{backend}-{agent}.json").write_text(json.dumps(r, indent=1))
+            assert r["trials"] == len(bench_harbor.OFFLINE_TASKS) and r["lost"] == 0, r
+            assert r["rewards"] == {name: want for name in bench_harbor.OFFLINE_TASKS}, r
+    print({k: round(v["wall_s"], 1) for k, v in results.items()})
