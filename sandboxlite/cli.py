@@ -1161,5 +1161,35 @@ def data_list(data_dir) -> None:
             click.echo(f"{'':13} {st.problem}")
 
 
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The HTML file to write [default: PATH/view.html for a folder, view.html beside a "
+                   "trajectory.json, FILE.html beside another trajectory file].")  # fmt: skip
+@click.option("--open", "open_it", is_flag=True, help="Open the page in the web browser.")
+@_errors_to_exit_codes
+def view(path: Path, out: Path | None, open_it: bool) -> None:
+    """Write one self-contained HTML page showing a run: PATH is its output folder or its trajectory.json.
+
+    The page embeds the data and fetches nothing (it works from file://); open it in any browser.
+    """
+    from .view import load_run, resolve, write_html
+
+    traj, folder = resolve(path)
+    if out is None:
+        out = folder / "view.html" if folder is not None else traj.with_suffix(".html")
+    data = load_run(path)
+    try:
+        written = write_html(data, out)
+    except OSError as e:
+        raise ConfigError("--output", f"cannot write {out}: {e.strerror or e}",
+                          hint="choose another file with -o OUT.html") from None  # fmt: skip
+    click.echo(f"{written} ({written.stat().st_size:,} bytes, {len(data['steps'])} steps)")
+    if open_it:
+        import webbrowser
+
+        webbrowser.open(written.resolve().as_uri())
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -35,9 +35,9 @@ problems=()
 # mmdebstrap + uidmap + zstd: building, exporting and importing rootfs images.
 PKGS=(bubblewrap libseccomp2 gcc libc6-dev musl-tools python3-venv mmdebstrap uidmap zstd)
 # the test suite's real tools for container images (images made with umoci, converted with skopeo,
-# a busybox-only image, a registry on loopback with htpasswd logins; tmux drives `sandboxlite shell` as a
+# a busybox-only image, a registry on loopback with htpasswd logins; node runs the viewer's page script; tmux drives `sandboxlite shell` as a
 # person would): installed with the rest where we can install, else named below
-TEST_PKGS=(skopeo umoci busybox-static docker-registry apache2-utils tmux)
+TEST_PKGS=(skopeo umoci busybox-static docker-registry apache2-utils tmux nodejs)
 if [ "$SUDO" != none ]; then PKGS+=("${TEST_PKGS[@]}"); fi
 missing=()
 for p in "${PKGS[@]}"; do
