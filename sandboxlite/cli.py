@@ -1167,24 +1167,56 @@ def data_list(data_dir) -> None:
               help="The HTML file to write [default: PATH/view.html for a folder, view.html beside a "
                    "trajectory.json, FILE.html beside another trajectory file].")  # fmt: skip
 @click.option("--open", "open_it", is_flag=True, help="Open the page in the web browser.")
+@click.option("--serve", "serve_port", type=click.IntRange(0, 65535), is_flag=False, flag_value=0, default=None,
+              metavar="[PORT]", help="Serve the page on 127.0.0.1:PORT (any free port without one) while a run "
+              "or an eval still writes: new steps appear without a reload; Ctrl-C stops.  Writes nothing.")  # fmt: skip
 @_errors_to_exit_codes
-def view(path: Path, out: Path | None, open_it: bool) -> None:
+def view(path: Path, out: Path | None, open_it: bool, serve_port: int | None) -> None:
     """Write one self-contained HTML page showing a run: PATH is its output folder or its trajectory.json.
+
+    PATH may also be an eval's output folder (the --output-dir of `sandboxlite eval`): then the page
+    shows every task (filters, sorting, sandbox next to vanilla, charts) and each run's own page is
+    written too (view.html in its trajectory folder), so the page's links work.
 
     The page embeds the data and fetches nothing (it works from file://); open it in any browser.
     """
-    from .view import load_run, resolve, write_html
+    from .view import ViewServer, is_eval_dir, load_run, resolve, write_eval, write_html
 
-    traj, folder = resolve(path)
-    if out is None:
-        out = folder / "view.html" if folder is not None else traj.with_suffix(".html")
-    data = load_run(path)
-    try:
-        written = write_html(data, out)
-    except OSError as e:
-        raise ConfigError("--output", f"cannot write {out}: {e.strerror or e}",
-                          hint="choose another file with -o OUT.html") from None  # fmt: skip
-    click.echo(f"{written} ({written.stat().st_size:,} bytes, {len(data['steps'])} steps)")
+    if serve_port is not None:
+        if out is not None:
+            raise click.UsageError("--serve writes no file: drop -o")
+        server = ViewServer(path, serve_port)
+        click.echo(f"serving {path} at {server.url} (loopback only; Ctrl-C stops)")
+        if open_it:
+            import webbrowser
+
+            webbrowser.open(server.url)
+        try:
+            server.serve_forever(poll_interval=0.2)
+        except KeyboardInterrupt:
+            click.echo("stopped")
+        finally:
+            server.server_close()
+        return
+    if is_eval_dir(path):
+        try:
+            written, data, pages = write_eval(path, out)
+        except OSError as e:
+            raise ConfigError("--output", f"cannot write {out or path}: {e.strerror or e}",
+                              hint="choose another file with -o OUT.html") from None  # fmt: skip
+        click.echo(f"{written} ({written.stat().st_size:,} bytes, {len(data['rows'])} tasks, "
+                   f"{pages} trajectory pages)")  # fmt: skip
+    else:
+        traj, folder = resolve(path)
+        if out is None:
+            out = folder / "view.html" if folder is not None else traj.with_suffix(".html")
+        data = load_run(path)
+        try:
+            written = write_html(data, out)
+        except OSError as e:
+            raise ConfigError("--output", f"cannot write {out}: {e.strerror or e}",
+                              hint="choose another file with -o OUT.html") from None  # fmt: skip
+        click.echo(f"{written} ({written.stat().st_size:,} bytes, {len(data['steps'])} steps)")
     if open_it:
         import webbrowser
 

@@ -217,7 +217,7 @@ N.prototype.scrollIntoView = N.prototype.focus = function () {};
 Object.defineProperty(N.prototype, 'innerHTML', {set() { throw new Error('innerHTML used') }});
 const ids = {data: Object.assign(new N('script'), {_t: data}), app: new N('main'), top: new N('header')};
 function find(n, t) { if (n.tagName === t) return n; for (const c of n.children) { const r = find(c, t); if (r) return r } }
-let key; global.document = {getElementById: i => i === 'search' ? find(ids.top, 'INPUT') : ids[i],
+let key; global.window = global; global.document = {getElementById: i => i === 'search' ? find(ids.top, 'INPUT') : ids[i],
   createElement: t => new N(t), addEventListener: (e, f) => { key = f }};
 eval(js);
 const secs = []; (function w(n) { if (n.tagName === 'SECTION') secs.push(n); n.children.forEach(w) })(ids.app);

@@ -36,8 +36,9 @@ problems=()
 PKGS=(bubblewrap libseccomp2 gcc libc6-dev musl-tools python3-venv mmdebstrap uidmap zstd)
 # the test suite's real tools for container images (images made with umoci, converted with skopeo,
 # a busybox-only image, a registry on loopback with htpasswd logins; node runs the viewer's page script; tmux drives `sandboxlite shell` as a
-# person would): installed with the rest where we can install, else named below
-TEST_PKGS=(skopeo umoci busybox-static docker-registry apache2-utils tmux nodejs)
+# person would; chromium + chromium-driver: the viewer's page in a real headless browser, driven by selenium
+# from the [dev] extra): installed with the rest where we can install, else named below
+TEST_PKGS=(skopeo umoci busybox-static docker-registry apache2-utils tmux nodejs chromium chromium-driver)
 if [ "$SUDO" != none ]; then PKGS+=("${TEST_PKGS[@]}"); fi
 missing=()
 for p in "${PKGS[@]}"; do

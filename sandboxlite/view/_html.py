@@ -7,7 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from ._page import CSP, CSS, JS
+from ._eval_page import EVAL_CSS, EVAL_JS
+from ._page import CSP, CSS, JS, LIVE_CSP, LIVE_JS
 from ._text import sanitize
 
 # in the JSON text these can only occur inside strings: escaped, no content can end the script
@@ -21,20 +22,24 @@ def embed_json(data: object) -> str:
     return text.translate(_ESCAPE)
 
 
-def render_html(data: dict) -> str:
-    """The page for ``data`` (a ``load_run`` dict).  The title is the page's own (the script sets
-    the run's): nothing of the data is outside the JSON element."""
+def render_html(data: dict, *, live: bool = False) -> str:
+    """The page for ``data`` (a ``load_run`` dict, or a ``load_eval`` one: ``kind`` "eval").  The
+    title is the page's own (the script sets the run's): nothing of the data is outside the JSON
+    element.  ``live``: the page of ``sandboxlite view --serve``, which asks its server for the data
+    again every second and renders what changed (its CSP allows requests to its own origin only)."""
     data = sanitize(data)  # load_run's already is; any other dict gets the same treatment
+    is_eval = isinstance(data, dict) and data.get("kind") == "eval"
+    css, js, what = (CSS + EVAL_CSS, EVAL_JS, "eval") if is_eval else (CSS, JS, "run")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{LIVE_CSP if live else CSP}\">\n"
         "<meta name=\"referrer\" content=\"no-referrer\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-        f"<title>sandboxlite run</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        f"<title>sandboxlite {what}</title>\n<style>{css}</style>\n</head>\n<body>\n"
         "<header id=\"top\"></header>\n<main id=\"app\"></main>\n"
-        "<noscript>This page needs JavaScript to show the run (it runs only its own inline script).</noscript>\n"
+        f"<noscript>This page needs JavaScript to show the {what} (it runs only its own inline script).</noscript>\n"
         f"<script type=\"application/json\" id=\"data\">{embed_json(data)}</script>\n"
-        f"<script>{JS}</script>\n</body>\n</html>\n"
+        f"<script>{js}</script>\n" + (f"<script>{LIVE_JS}</script>\n" if live else "") + "</body>\n</html>\n"
     )
 
 

@@ -42,8 +42,9 @@ def resolve(path: str | os.PathLike) -> tuple[Path, Path | None]:
         if traj.is_file() and not traj.is_symlink():
             return traj, p
         if (p / "results.jsonl").is_file():
-            raise ConfigError("PATH", f"{p} is an eval's output folder: the eval view is not there yet",
-                              hint="view one of its runs: PATH/trajectories/<mode>/<domain>/<item>")  # fmt: skip
+            raise ConfigError("PATH", f"{p} is an eval's output folder: load it with load_eval (one run's "
+                              "trajectory.json is in PATH/trajectories/<mode>/<domain>/<item>)",
+                              hint="`sandboxlite view EVAL_DIR` writes the eval's page and each run's")  # fmt: skip
         raise ConfigError("PATH", f"{p} holds no trajectory.json (a symlink to one is not followed)", hint=HINT)
     if not p.is_file():
         raise ConfigError("PATH", f"{p} is not a regular file or a folder", hint=HINT)
@@ -174,10 +175,18 @@ def _task(t: dict, prompt: dict) -> tuple[dict, Any, list[dict]]:
     return task, query, inputs
 
 
-def _score(t: dict, traj: Path) -> dict | None:
-    """The score: trajectory.json's own, else the record of an eval whose results.jsonl names this run."""
+def _from_record(rec: dict) -> dict:
+    return {"score": rec.get("score"), "extracted": rec.get("extracted"), "error": rec.get("error"),
+            "domain": rec.get("domain"), "id": rec.get("id")}  # fmt: skip
+
+
+def _score(t: dict, traj: Path, record: dict | None = None) -> dict | None:
+    """The score: trajectory.json's own, else ``record`` (the eval's record of this run, when the
+    caller has it), else the record of an eval whose results.jsonl names this run."""
     if "score" in t:
         return {"score": t.get("score"), "extracted": t.get("extracted"), "error": None}
+    if record is not None:
+        return _from_record(record)
     here = traj.resolve()
     for up in list(here.parents)[:5]:
         results = up / "results.jsonl"
@@ -193,13 +202,13 @@ def _score(t: dict, traj: Path) -> dict | None:
             except ValueError:
                 continue
             if isinstance(rec, dict) and rec.get("trajectory") == rel:
-                return {"score": rec.get("score"), "extracted": rec.get("extracted"), "error": rec.get("error"),
-                        "domain": rec.get("domain"), "id": rec.get("id")}  # fmt: skip
+                return _from_record(rec)
     return None
 
 
-def load_run(path: str | os.PathLike) -> dict:
-    """The run at ``path`` (its output folder, or a trajectory.json) as one plain dict (see above)."""
+def load_run(path: str | os.PathLike, *, record: dict | None = None) -> dict:
+    """The run at ``path`` (its output folder, or a trajectory.json) as one plain dict (see above).
+    ``record``: the eval's record of this run, when the caller has it (no results.jsonl is searched)."""
     traj, folder = resolve(path)
     t = _read_trajectory(traj, nofollow=folder is not None)
     raw_steps = [s for s in t.get("steps") or [] if isinstance(s, dict)]
@@ -221,6 +230,6 @@ def load_run(path: str | os.PathLike) -> dict:
             "model_info": t.get("model_info"), "limits": t.get("limits"), "started_at": t.get("started_at"),
             "steps": steps, "steps_left_out": max(0, len(raw_steps) - MAX_STEPS), "network": network,
             "files": files, "files_left_out": files_left_out, "skipped_outputs": t.get("skipped_outputs") or [],
-            "answer": answer, "score": _score(t, traj), "exit_reason": t.get("exit_reason"),
+            "answer": answer, "score": _score(t, traj, record), "exit_reason": t.get("exit_reason"),
             "reason": t.get("reason"), "usage": t.get("usage") or {}, "duration_s": t.get("duration_s")}  # fmt: skip
     return sanitize(data)

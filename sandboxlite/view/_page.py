@@ -5,6 +5,33 @@ data ever goes through ``innerHTML``.  Nothing here names a URL: the page fetche
 """
 
 CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
+# the live page (``--serve``) may ask its own server (loopback) for the data again, nothing else
+LIVE_CSP = CSP + "; connect-src 'self'"
+
+# The live page: every second, data.json from the server that served the page; when it differs,
+# the data element takes it and the page renders again (scroll position and search kept).
+LIVE_JS = r"""
+(function () {
+  "use strict";
+  var last = document.getElementById("data").textContent;
+  function again(text) {
+    var y = window.scrollY, q = document.getElementById("search") || document.getElementById("f-text");
+    var qv = q ? q.value : "", qid = q ? q.id : null;
+    document.getElementById("data").textContent = text;
+    document.getElementById("top").textContent = "";
+    document.getElementById("app").textContent = "";
+    window.sandboxliteRender();
+    if (qid && qv) { var n = document.getElementById(qid); n.value = qv; n.dispatchEvent(new Event("input")); }
+    window.scrollTo(0, y);
+  }
+  function poll() {
+    fetch("data.json", {cache: "no-store"}).then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (t) { if (t !== null && t !== last) { last = t; again(t); } })
+      .catch(function () {}).then(function () { setTimeout(poll, 1000); });
+  }
+  setTimeout(poll, 1000);
+})();
+"""
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -25,7 +52,7 @@ input[type=search]{width:320px;padding:4px 6px}.kbd{color:#777;font-size:12px;ma
 """
 
 JS = r"""
-(function () {
+window.sandboxliteRender = function () {
   "use strict";
   var D = JSON.parse(document.getElementById("data").textContent);
   var root = document.getElementById("app");
@@ -187,7 +214,9 @@ JS = r"""
     v[next].box.classList.add("current"); v[next].box.scrollIntoView({block: "start"});
     current = next;
   }
-  document.addEventListener("keydown", function (e) {
+  // one handler, whatever the number of renders (a live page renders again)
+  if (window.sandboxliteKeys) document.removeEventListener("keydown", window.sandboxliteKeys);
+  window.sandboxliteKeys = function (e) {
     if (e.target && (e.target.tagName === "INPUT" || e.target.tagName === "TEXTAREA")) {
       if (e.key === "Escape") e.target.blur();
       return;
@@ -195,8 +224,10 @@ JS = r"""
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     if (e.key === "j") move(1); else if (e.key === "k") move(-1);
     else if (e.key === "/") { e.preventDefault(); document.getElementById("search").focus(); }
-  });
+  };
+  document.addEventListener("keydown", window.sandboxliteKeys);
 
   header(); taskSection(); stepSection(); endSection();
-})();
+};
+window.sandboxliteRender();
 """
