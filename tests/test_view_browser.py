@@ -346,6 +346,17 @@ def test_a_real_eval_in_chromium(rows_timer, real_eval, shots):  # noqa: F811
     assert d.execute_script("return document.querySelectorAll('svg rect.bar-vanilla').length") > 0
     assert d.execute_script("return document.querySelectorAll('svg line.ci').length") == 2
     assert d.execute_script("return document.querySelector('svg').namespaceURI") == "http://www.w3.org/2000/svg"
+    # a count axis labels whole numbers where they are: 0, max/2, max (an odd max once put "2" at 1.5)
+    for chart in ("chart-steps", "chart-failures", "chart-tools"):
+        ticks = d.execute_script(
+            "return Array.from(document.querySelectorAll('#' + arguments[0] + ' svg text[text-anchor=end]'))"
+            ".filter(function (t) { return !t.getAttribute('transform'); })"
+            ".map(function (t) { return [Number(t.textContent), Number(t.getAttribute('y'))]; });", chart)
+        assert len(ticks) >= 2, (chart, ticks)
+        (v0, y0), (vmax, ymax) = min(ticks), max(ticks)
+        assert v0 == 0 and vmax >= 1 and y0 > ymax, (chart, ticks)
+        for v, y in ticks:
+            assert v == int(v) and abs(y - (y0 + (ymax - y0) * v / vmax)) < 0.5, (chart, ticks)
     shot(d, shots, "eval-1-top.png")
 
     # sandbox and vanilla runs of a task are next to each other (the default order: domain, task, mode)

@@ -113,6 +113,8 @@ window.sandboxliteRender = function () {
     });
     return box;
   }
+  // a count axis ends on an even number, so its middle tick is a whole count (3 -> 4: 0, 2, 4)
+  function evenMax(n) { return n > 1 && n % 2 ? n + 1 : n; }
   function cellMap(list) { var m = {}; list.forEach(function (a) { m[a.domain + "\u0000" + a.mode] = a; }); return m; }
 
   function summarySection() {
@@ -147,17 +149,17 @@ window.sandboxliteRender = function () {
     var smax = 0; Object.keys(S.steps.counts).forEach(function (m) { S.steps.counts[m].forEach(function (n) { smax = Math.max(smax, n); }); });
     barChart(charts, "chart-steps", "Steps per task (tasks)", bins, smodes, function (c, m) {
       var n = S.steps.counts[m][bins.indexOf(c)]; return n ? {v: n} : null;
-    }, smax, function (v) { return v.toFixed(0); });
+    }, evenMax(smax), function (v) { return v.toFixed(0); });
     var reasons = Object.keys(S.failures), fmax = 0;
     reasons.forEach(function (r) { Object.keys(S.failures[r]).forEach(function (m) { fmax = Math.max(fmax, S.failures[r][m]); }); });
     barChart(charts, "chart-failures", "Why tasks failed (tasks)", reasons, D.modes, function (c, m) {
       var n = S.failures[c][m]; return n ? {v: n} : null;
-    }, fmax, function (v) { return v.toFixed(0); });
+    }, evenMax(fmax), function (v) { return v.toFixed(0); });
     var tools = {}, tmodes = D.modes.filter(function (m) { return S.tools[m]; }), tm = 0;
     tmodes.forEach(function (m) { Object.keys(S.tools[m]).forEach(function (k) { tools[k] = 1; tm = Math.max(tm, S.tools[m][k]); }); });
     barChart(charts, "chart-tools", "Tool calls", Object.keys(tools), tmodes, function (c, m) {
       var n = S.tools[m][c]; return n ? {v: n} : null;
-    }, tm, function (v) { return v.toFixed(0); });
+    }, evenMax(tm), function (v) { return v.toFixed(0); });
   }
 
   // -- the tasks table -----------------------------------------------------------------------
