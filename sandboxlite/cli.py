@@ -379,9 +379,10 @@ def _on_sigterm(signum, frame):
 @click.option("--query", default=None, metavar="TEXT",
               help='A one-off task instead of TASK.json: this query, id "query", the defaults of task.json.')  # fmt: skip
 @click.option("--model", "model_name", default=None,
-              help="local (the default: the embedded model), local:/path/model.gguf (any GGUF file), scripted (a "
-              "no-LLM dry run: looks around, writes an answer, submits), or NAME: a model on an OpenAI-compatible "
-              "endpoint (--base-url or $OPENAI_BASE_URL).")  # fmt: skip
+              help="auto (the default: the strongest model found here, said on screen; `sandboxlite models` lists "
+              "them), local (the embedded model), local:/path/model.gguf (any GGUF file), ollama:NAME, "
+              "server:URL[#MODEL], scripted (a no-LLM dry run: looks around, writes an answer, submits), or NAME: "
+              "a model on an OpenAI-compatible endpoint (--base-url or $OPENAI_BASE_URL).")  # fmt: skip
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL).")
 @click.option("--api-key", default=None, help="API key (default: $OPENAI_API_KEY).")
 @click.option("--temperature", type=click.FloatRange(min=0), default=None)
@@ -458,7 +459,7 @@ def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens
                              max_wall_s=task.timeout_s, max_total_tokens=token_budget)  # fmt: skip
         out = Path(output_dir) if output_dir is not None else default_output_dir(task)
         _prepare_output_dir(out, overwrite)
-        name = model_name or task.model or "local"
+        name, base_url = _short_model(model_name or task.model or "auto", base_url)
         if max_tokens is None and in_process_local(name, base_url):
             max_tokens = RUN_LOCAL_MAX_TOKENS
         model = resolve_model(name, base_url=base_url, api_key=api_key,
@@ -487,6 +488,19 @@ def run(task_file, query, model_name, base_url, api_key, temperature, max_tokens
     if not result.ok:
         click.echo(f"sandboxlite: the run ended without an answer: {result.exit_reason}", err=True)
         sys.exit(EXIT_MODEL if result.reason is ExitReason.MODEL_ERROR else EXIT_NOT_SUBMITTED)
+
+
+def _short_model(name: str, base_url: str | None) -> tuple[str, str | None]:
+    """``auto``, ``ollama:NAME`` and ``server:URL`` written out (the choice and its reason said on
+    stderr, before the run); any other name as given."""
+    from .agent.catalog import resolve_short
+
+    short = resolve_short(name, base_url=base_url)
+    if short is None:
+        return name, base_url
+    shown = short.name if short.base_url is None else f"{short.name} at {short.base_url}"
+    click.echo(f"model: {name} -> {shown} ({short.reason})", err=True)
+    return short.name, short.base_url
 
 
 def _print_step(agent, step) -> None:
@@ -601,6 +615,7 @@ def eval_(model_name, base_url, api_key, temperature, top_p, max_tokens, samplin
         rootfs = _image_root(image, rootfs)
         data = Path(data_dir) if data_dir else default_data_dir(os.environ)
         extra = _extra_body(extra_body)
+        model_name, base_url = _short_model(model_name, base_url)
         model = resolve_model(model_name, base_url=base_url, api_key=api_key, temperature=temperature, top_p=top_p,
                               max_tokens=max_tokens, seed=sampling_seed, extra_body=extra, tool_format=tool_format,
                               context_tokens=context_tokens)  # fmt: skip
@@ -710,24 +725,42 @@ def _eval_progress():
 
 
 @main.command()
-def models() -> None:
-    """The local models available: the embedded default and $SANDBOXLITE_LOCAL_MODEL."""
-    from .agent.local import embedded_model, resolve_local
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the models and auto's choice.")
+@click.option("--no-servers", is_flag=True, help="Files only: do not ask the loopback ports.")
+def models(as_json: bool, no_servers: bool) -> None:
+    """The models found on this machine, and the one --model auto uses.
 
-    rows = []
-    try:
-        rows.append(("local", embedded_model()))
-    except SandboxError as e:
-        click.echo(f"local        not installed: {e.message}\n             Hint: {e.hint}")
-    if os.environ.get("SANDBOXLITE_LOCAL_MODEL"):
-        try:
-            rows.append(("$SANDBOXLITE_LOCAL_MODEL", resolve_local("local")))
-        except SandboxError as e:
-            click.echo(f"$SANDBOXLITE_LOCAL_MODEL: {e.message}")
-    for name, f in rows:
-        check = {True: "sha256 ok", False: "sha256 MISMATCH", None: "not pinned"}[f.sha256_ok]
-        click.echo(f"{name:12} {f.path}  {f.size / (1 << 20):.0f} MiB  {f.origin}  {f.licence}  {check}")
-    click.echo("any GGUF file: --model local:/path/model.gguf; any OpenAI-compatible server: --model NAME --base-url URL")
+    Servers answering on loopback (Ollama 11434 or $OLLAMA_HOST, llama-server 8080, vLLM 8000,
+    LM Studio 1234, and $SANDBOXLITE_MODEL_PORTS), the embedded model, GGUF files in the Hugging
+    Face cache, Ollama's store, LM Studio's folder and $SANDBOXLITE_MODELS. Nothing is started or
+    downloaded; each port gets a short timeout.
+    """
+    from .agent.catalog import available_memory, choose, find_models, human_bytes, human_params, llama_cpp_installed
+
+    found = find_models(servers=not no_servers)
+    memory = available_memory()
+    choice = choose(found, memory=memory, can_run_gguf=llama_cpp_installed())
+    if as_json:
+        rows = [dict(dataclasses.asdict(f), served=f.served) for f in found]
+        why = {id(f): w for f, w in choice.passed_over}
+        for f, row in zip(found, rows):
+            row["passed_over"] = why.get(id(f))
+        click.echo(json.dumps({"models": rows, "auto": {"ref": choice.ref, "reason": choice.reason},
+                               "memory_available": memory}, indent=2))  # fmt: skip
+        return
+    table = [("MODEL (--model)", "SOURCE", "SIZE", "QUANT", "CONTEXT", "PARAMS", "KIND", "NOTE")]
+    for f in found:
+        table.append((f.ref or f.name, f.source, human_bytes(f.size) if f.size is not None else "-",
+                      f.quantisation or "-", str(f.context_length or "-"), human_params(f.n_params), f.kind,
+                      f.note))  # fmt: skip
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+    for r in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    if not no_servers and not any(f.served for f in found):
+        click.echo("(no model server answers on the loopback ports)")
+    click.echo(f"\nauto: {choice.ref} ({choice.reason})")
+    click.echo("any GGUF file: --model local:/path/model.gguf; any OpenAI-compatible server: --model server:URL "
+               "or --model NAME --base-url URL")  # fmt: skip
 
 
 @main.command()

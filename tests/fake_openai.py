@@ -48,8 +48,14 @@ class Disconnect:
 
 
 class FakeOpenAIServer:
-    def __init__(self, responses: list | None = None, *, model: str = "fake-model") -> None:
+    def __init__(self, responses: list | None = None, *, model: str = "fake-model", models: list[dict] | None = None,
+                 routes: dict[str, Any] | None = None, port: int = 0) -> None:
         self.model = model
+        # GET /v1/models lists these (default: one entry for ``model``); ``routes`` answers other
+        # paths, "GET /api/tags" or "POST /api/show": a JSON body or a callable (request body) -> body
+        self.models = models
+        self.routes = dict(routes or {})
+        self.bind_port = port
         self.requests: list[dict] = []  # every request body, parsed
         self.headers: list[dict] = []  # and its headers (names lower-cased)
         self._script: deque = deque(responses or [])
@@ -66,7 +72,7 @@ class FakeOpenAIServer:
 
     def start(self) -> FakeOpenAIServer:
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.bind_port), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), name="fake-openai", daemon=True)
         self._thread.start()
@@ -209,16 +215,32 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
         pass
 
+    def _route(self, method: str, body: dict | None) -> bool:
+        route = self.fake.routes.get(f"{method} {self.path.rstrip('/')}")
+        if route is None:
+            return False
+        self._answer(route(body) if callable(route) else route)
+        return True
+
     def do_GET(self) -> None:
+        if self._route("GET", None):
+            return
         if self.path.rstrip("/") == "/v1/models":
-            model = {"id": self.fake.model, "object": "model", "owned_by": "fake"}
-            self._send(200, {"object": "list", "data": [model]})
+            models = self.fake.models if self.fake.models is not None else \
+                [{"id": self.fake.model, "object": "model", "owned_by": "fake"}]  # fmt: skip
+            self._send(200, {"object": "list", "data": models})
         else:
             self._send(404, {"error": {"message": f"no route GET {self.path}", "type": "not_found"}})
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
+        if f"POST {self.path.rstrip('/')}" in self.fake.routes:
+            try:
+                self._route("POST", json.loads(raw or b"{}"))
+            except json.JSONDecodeError:
+                self._send(400, {"error": "not JSON"})
+            return
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send(404, {"error": {"message": f"no route POST {self.path}", "type": "not_found"}})
             return

@@ -4,6 +4,10 @@
   ``local:/path/model.gguf`` any GGUF file; ``$SANDBOXLITE_LOCAL_MODEL`` sets the default file.
   With ``$SANDBOXLITE_LOCAL_URL`` set, ``local`` is an OpenAI-compatible server there instead
   (e.g. llama.cpp's ``llama-server``).
+- ``auto``: the strongest model found on this machine (a loopback server's first, else the
+  largest chat GGUF that fits in memory, else the embedded one; ``catalog`` says how);
+  ``ollama:NAME`` an Ollama model (its server's, else its GGUF from Ollama's store in-process);
+  ``server:URL[#MODEL]`` the (one, or the named) model an OpenAI-compatible server lists.
 - ``scripted``: a deterministic stand-in that needs no weights (see ``scripted.py``): it looks
   around, writes an answer and submits; for dry runs and for measuring sandbox overhead.
 - anything else: that model on an OpenAI-compatible endpoint, from ``--base-url`` / ``--api-key``
@@ -53,8 +57,13 @@ def resolve_model(
     always writes its calls as text and knows its own context: giving them for it is an error.
     ``profile`` (the in-process local model's prompt profile: "auto", "small", "standard", see
     ``local.py``) is an error for the others."""
+    from .catalog import resolve_short
     from .model import OpenAIModel
 
+    short = resolve_short(name, base_url=base_url)
+    if short is not None:
+        name, base_url = short.name, short.base_url
+        api_key = api_key or ("sk-local" if base_url else None)
     if profile is not None and not in_process_local(name, base_url):
         raise ConfigError("--profile", "applies to the in-process local model (--model local or local:PATH), "
                           f"not to {name!r}", hint="leave it out")  # fmt: skip
