@@ -41,7 +41,7 @@ from .state.snapshot import Snapshot
 __version__ = "0.1.0"
 
 _AGENT = {"run_task": "run", "RunResult": "run", "ExitReason": "outcome", "Task": "task", "FakeModel": "model",
-          "OpenAIModel": "model"}  # fmt: skip
+          "OpenAIModel": "model", "resolve_model": "profiles", "find_models": "catalog", "choose_model": "catalog"}  # fmt: skip
 
 
 def __getattr__(name: str):  # the agent layer (and openai) load only when asked for
@@ -83,4 +83,7 @@ __all__ = [
     "Task",
     "FakeModel",
     "OpenAIModel",
+    "resolve_model",
+    "find_models",
+    "choose_model",
 ]

@@ -535,7 +535,8 @@ def _domain_names(spec: str) -> list[str]:
 
 @main.command(name="eval")
 @click.option("--model", "model_name", default="local", show_default=True, envvar="LLM_NAME",
-              help="local, scripted (a no-LLM dry run), or a model on an OpenAI-compatible endpoint "
+              help="local, auto (the strongest model found here: `sandboxlite models`), ollama:NAME, "
+              "server:URL[#MODEL], scripted (a no-LLM dry run), or a model on an OpenAI-compatible endpoint "
               "(default: $LLM_NAME, else local).")  # fmt: skip
 @click.option("--base-url", default=None, envvar="LLM_BASE_URL",
               help="OpenAI-compatible endpoint (default: $LLM_BASE_URL, else $OPENAI_BASE_URL).")  # fmt: skip

@@ -204,7 +204,7 @@ def test_the_public_api_is_unchanged():
         "Sandbox", "AsyncSandbox", "AsyncShell", "Process", "FileInfo", "FileEvent", "SandboxPool", "Host", "SandboxConfig", "Limits", "Mount", "ExecResult", "Shell", "Snapshot",
         "SandboxError", "ConfigError", "SetupError", "RootfsError", "SandboxClosed", "SandboxCrashed",
         "CommandTimeout", "CommandFailed", "SandboxFileError", "SnapshotError", "__version__", "run_task",
-        "RunResult", "ExitReason", "Task", "FakeModel", "OpenAIModel"])  # fmt: skip
+        "RunResult", "ExitReason", "Task", "FakeModel", "OpenAIModel", "resolve_model", "find_models", "choose_model"])  # fmt: skip
     for name in sandboxlite.__all__:
         assert getattr(sandboxlite, name) is not None
     for upper in ("sandboxlite.rl", "sandboxlite.agent", "sandboxlite.eval", "sandboxlite.bench",
