@@ -51,6 +51,7 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix=f"first-run-{args.label}-"))
+    base.chmod(0o755)  # as root, sandboxes run as unprivileged uids: the images below must be reachable
     clone = base / "sandboxlite"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     subprocess.run(["git", "-C", str(clone), "checkout", "-q", args.commit], check=True)
