@@ -189,7 +189,7 @@ def test_several_bare_objects_are_several_calls():
 def test_the_embedded_model_gets_the_small_profile(smol):
     assert smol.profile == "small" and smol.info["profile"] == "small"
     assert 100e6 < smol.info["n_params"] < 200e6
-    assert smol.constrained == "never"  # forced JSON calls held commands such as "2 + 3"
+    assert smol.constrained == "always"  # its block-or-answer grammar (never the JSON one: forced JSON calls held "2 + 3")
     assert LocalModel(embedded_model(), profile="standard").constrained == "retry"
     with pytest.raises(ValueError, match="profile must be one of"):
         LocalModel(embedded_model(), profile="tiny")

@@ -19,8 +19,26 @@ Two prompt profiles (``profile``): **standard**, the above; **small**, for model
 ``SMALL_MODEL_PARAMS`` parameters (``"auto"``, the default, picks it by the GGUF's parameter
 count: the embedded 135M model gets it): a short prompt (``templates/small.txt``, chosen by
 ``run_task``), commands in ```bash / ```python blocks, the answer as a plain reply
-(``textcalls`` says why), and no grammar-constrained retry (forced JSON calls made it write
-commands such as ``2 + 3``).  Calls in ``<tool_call>`` tags are still read.
+(``textcalls`` says why).  Calls in ``<tool_call>`` tags are still read.
+
+The small profile has its own grammar (``small_grammar``, GBNF, compiled once per tool set), on
+every turn by default (``constrained="always"``): a reply is EITHER one command (optionally some
+prose, at most ``PROSE_MAX_CHARS`` characters, then exactly one ```bash or ```python block whose
+first line is not blank, closed, and nothing after it: the model can only stop there) OR the
+final answer (plain text, at most ``ANSWER_MAX_CHARS`` characters: no code fence (inline `code`
+is allowed), no ``<tool_call>`` / ``<think>`` / ``<tool_response>`` tag).  So every turn is an
+``execute_bash`` call or an answer the loop takes: no bare block (imagined output), no second
+block, no 2 KB of repeated prose as the answer (it is cut at the bound: there the model can only
+stop).  The prose's bound is below the answer's so that a long answer is cut, not turned into a
+command (a first version capped both at 4 lines: on demo_003/004 the embedded model's over-long
+answers then ended in a forced block such as ```python import os```, and no run answered).
+The editor and ``submit`` are not in it, as the small prompt offers neither: files are written
+by commands, and the plain reply is the submit (without ``execute_bash`` in the tools the
+grammar is the answer alone).  The JSON-call grammar is not used there (forced JSON calls made
+the 135M model write commands such as ``2 + 3``).  ``constrained="never"`` is the small profile
+without a grammar (as before); ``"retry"`` generates again under the grammar only when a reply
+is neither a call nor such an answer.  The grammar costs decode time (llama.cpp checks the whole
+vocabulary at each token: about 10 ms a token on 2 cores, as much as the JSON grammar).
 
 Usage per reply: prompt, completion and total tokens, and the two rates apart:
 ``prefill_tokens_per_s`` (reading the prompt) and ``decode_tokens_per_s`` (writing the reply).
@@ -38,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError, ModelError, SetupError
-from .model import USAGE_KEYS, AssistantMessage, parse_text_tool_calls
+from .model import THINK_RE, USAGE_KEYS, AssistantMessage, parse_text_tool_calls
 from .textcalls import render_text_tools
 
 INSTALL_HINT = "pip install 'sandboxlite[local]'   (compiles llama.cpp: about 5 minutes on 2 cores, once)"
@@ -51,6 +69,17 @@ PINNED_SHA256: dict[str, str] = {
 
 SMALL_MODEL_PARAMS = 1_000_000_000  # below this, profile "auto" is "small"
 PROFILES = ("auto", "small", "standard")
+CONSTRAINED = ("retry", "always", "never")
+
+# the small profile's grammar: an answer is at most ANSWER_MAX_CHARS characters, the prose before
+# a command at most PROSE_MAX_CHARS, a command block at most BLOCK_MAX_LINES lines (a "<" or a
+# backtick and the character after it count as one)
+ANSWER_MAX_CHARS = 300
+# (below ANSWER_MAX_CHARS: past it only the answer goes on, to be cut at its own bound, rather
+# than a newline being the model's only way on, into a forced command block)
+PROSE_MAX_CHARS = 200
+BLOCK_MAX_LINES = 80
+BLOCK_LANGUAGES = ("bash", "python")  # what the small prompt asks for (textcalls.BLOCKS_TOOL_PROMPT)
 
 
 @dataclass(frozen=True)
@@ -129,6 +158,51 @@ def tools_grammar_schema(tools: list[dict]) -> dict:
     return {"anyOf": options}
 
 
+def small_grammar(tools: list[dict]) -> str:
+    """The small profile's GBNF grammar for ``tools``: a reply is one command block or an answer
+    (see the module docstring).  The answer and the prose a command may open with have no two
+    backticks in a row (inline `code` is allowed, a fence is not) and no ``<`` followed by ``t``
+    or another ``<`` (so no ``<tool_call>``, ``<think>`` or ``<tool_response>``); their first
+    character is not blank.  In the block no backtick (its only way out is the closing fence)
+    and a run of ``<`` (a here-document's ``<<``) is allowed but again not before a ``t``.  The
+    grammar ends after the closing fence or the answer: the model can only stop there."""
+    names = {t["function"]["name"] for t in tools}
+    bash = "execute_bash" in names
+    rules = [
+        "root ::= " + ("answer | call" if bash else "answer"),
+        f'answer ::= first char{{0,{ANSWER_MAX_CHARS - 1}}} "`"?',
+        "first ::= [^ \\t\\r\\n`<]",
+        'char ::= plain | "`" plain',
+        'plain ::= [^`<] | "<" [^`<t]',
+    ]
+    if bash:
+        langs = " | ".join(f'"{lang}"' for lang in BLOCK_LANGUAGES)
+        rules += [
+            'call ::= (prose "\\n" "\\n"?)? block',
+            f'prose ::= first char{{0,{PROSE_MAX_CHARS - 1}}} "`"?',
+            'block ::= "```" lang "\\n" body "\\n```"',
+            f"lang ::= {langs}",
+            f'body ::= first bchar* ("\\n" bchar*){{0,{BLOCK_MAX_LINES - 1}}}',
+            'bchar ::= [^\\n`<] | "<"+ [^\\n`<t]',
+        ]
+    return "\n".join(rules) + "\n"
+
+
+def small_reply_problem(text: str, calls: list) -> str | None:
+    """Why a small-profile reply is neither a call nor an answer the grammar allows, or None (the
+    ``"retry"`` mode's test, in Python: the grammar's bounds, not its every character)."""
+    if calls:
+        return None
+    answer = THINK_RE.sub("", text or "").strip()
+    if not answer:
+        return "an empty reply"
+    if "```" in answer:
+        return "a code block that is not a command"
+    if len(answer) - answer.count("<") - answer.count("`") > ANSWER_MAX_CHARS:
+        return f"an answer longer than {ANSWER_MAX_CHARS} characters"
+    return None
+
+
 def _object(properties: dict, required: list[str]) -> dict:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
@@ -146,11 +220,11 @@ class LocalModel:
         temperature: float = 0.2,
         top_p: float = 0.95,
         constrained: str | None = None,  # "retry" (after a turn that did not parse), "always", "never";
-        # None: the profile's ("retry" for standard, "never" for small)
+        # None: the profile's ("retry" for standard, "always" for small: its block-or-answer grammar)
         seed: int = 0,
         profile: str = "auto",  # "small", "standard", or "auto": small below SMALL_MODEL_PARAMS
     ) -> None:
-        if constrained not in (None, "retry", "always", "never"):
+        if constrained is not None and constrained not in CONSTRAINED:
             raise ValueError(f"constrained must be 'retry', 'always' or 'never', got {constrained!r}")
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
@@ -178,7 +252,7 @@ class LocalModel:
         if profile == "auto":
             profile = "small" if params is not None and params < SMALL_MODEL_PARAMS else "standard"
         self.profile = profile
-        self.constrained = constrained or ("never" if profile == "small" else "retry")
+        self.constrained = constrained or ("always" if profile == "small" else "retry")
         self.info = {"path": str(self.file.path), "load_s": round(time.monotonic() - t0, 3), "n_ctx": n_ctx,
                      "n_threads": threads, "max_tokens": max_tokens, "constrained": self.constrained,
                      "profile": profile, "n_params": params,
@@ -216,15 +290,19 @@ class LocalModel:
         known = {t["function"]["name"] for t in tools}
         grammar = self._grammar(tools) if tools and self.constrained == "always" else None
         text, usage, finish = self._generate(prompt, grammar)
-        calls, error = self._parse(text, known, self.profile == "small")
+        small = self.profile == "small"
+        calls, error = self._parse(text, known, small)
         discarded = []
-        if tools and not calls and self.constrained == "retry":
-            why = error.message if error is not None else "no tool call"
+        if small:  # (a reply without a call is the answer there: retried only when it is no answer either)
+            why = error.message if error is not None else small_reply_problem(text, calls)
+        else:
+            why = None if calls else error.message if error is not None else "no tool call"
+        if tools and why is not None and self.constrained == "retry":
             discarded.append({"content": text, "error": why, "finish_reason": finish, "usage": usage})
             text, usage2, finish = self._generate(prompt, self._grammar(tools))
             usage = {k: usage.get(k, 0) + usage2[k] if k in USAGE_KEYS else usage2[k] for k in usage2}  # rates: the retry's
             usage["constrained_retry"] = 1
-            calls, error = self._parse(text, known, self.profile == "small")
+            calls, error = self._parse(text, known, small)
         if error is not None and not calls:
             error.reply = AssistantMessage(content=text, tool_calls=[], usage=usage, finish_reason=finish,  # type: ignore[attr-defined]
                                            native=False, discarded=discarded)  # fmt: skip
@@ -241,14 +319,34 @@ class LocalModel:
             return [], e
 
     def _grammar(self, tools: list[dict]) -> Any:
-        key = json.dumps([t["function"]["name"] for t in tools])
+        """The grammar of ``tools`` for this profile (the small one's, or the JSON calls'), made once."""
+        small = self.profile == "small"
+        key = json.dumps([small, [t["function"]["name"] for t in tools]])
         if key not in self._grammars:
             from llama_cpp import LlamaGrammar
 
             with _quiet_stderr():
-                self._grammars[key] = LlamaGrammar.from_json_schema(json.dumps(tools_grammar_schema(tools)),
-                                                                    verbose=False)  # fmt: skip
+                if small:
+                    self._grammars[key] = self._checked(LlamaGrammar.from_string(small_grammar(tools), verbose=False))
+                else:
+                    self._grammars[key] = LlamaGrammar.from_json_schema(json.dumps(tools_grammar_schema(tools)),
+                                                                        verbose=False)  # fmt: skip
         return self._grammars[key]
+
+    def _checked(self, grammar: Any) -> Any:
+        """``grammar`` once parsed by llama.cpp (which parses it again for each reply, and on a
+        grammar it cannot parse would add no sampler at all): a ModelError if it does not parse."""
+        import llama_cpp
+
+        vocab = getattr(getattr(self.llm, "_model", None), "vocab", None)
+        init = getattr(llama_cpp, "llama_sampler_init_grammar", None)
+        if vocab is None or init is None:  # (an older llama-cpp-python: parsed when used)
+            return grammar
+        sampler = init(vocab, grammar._grammar.encode("utf-8"), grammar._root.encode("utf-8"))
+        if not sampler:
+            raise ModelError("local model: llama.cpp could not parse the small profile's grammar")
+        llama_cpp.llama_sampler_free(sampler)
+        return grammar
 
     def _generate(self, prompt: list[dict], grammar: Any) -> tuple[str, dict, str | None]:
         """(text, usage, finish reason: "stop", or "length" when max_tokens or the context cut it)."""
