@@ -404,7 +404,8 @@ def _on_sigterm(signum, frame):
               help='Override the task\'s rootfs: "auto" (the default), "host", an image name or a directory.')  # fmt: skip
 @click.option("--image", default=None, help="Override the task's root with a container image in the store.")
 @click.option("--constrained", type=click.Choice(["retry", "always", "never"]), default=None,
-              help="local models: grammar-constrained tool calls (default: retry a turn that did not parse).")
+              help="local models: grammar-constrained replies (default: the small profile always, its block-or-answer "
+              "grammar; the standard profile retries a turn that did not parse under its JSON-call grammar).")
 @click.option("--profile", type=click.Choice(["auto", "small", "standard"]), default=None,
               help="local models: the prompt profile: small (a short prompt, commands in ```bash blocks, the "
               "answer as a plain reply), standard (tools as JSON calls), auto (small below 1B parameters: "
